@@ -1,0 +1,124 @@
+"""Sources of randomness.
+
+Two kinds, kept apart on purpose:
+
+* **Client randomization** (a user's device perturbing her own record) must not be
+  predictable by the aggregator.  The default, :class:`SecureRandom`, draws every bit
+  from the operating system's CSPRNG (``os.urandom``), as RAPPOR, OpenDP and
+  diffprivlib do.  It offers only the two primitives randomizers need -- uniform
+  floats and uniform integers -- and samples both exactly (integers by rejection).
+* **Simulation** (many simulated users in one process, experiments, tests) uses a
+  seeded :class:`numpy.random.Generator`; any value :func:`numpy.random.default_rng`
+  accepts (an int, a ``SeedSequence``, a ``Generator``) selects this path.
+
+``rng=None`` means "secure" wherever a function randomizes on a user's behalf.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Protocol, TypeAlias, runtime_checkable
+
+import numpy as np
+
+__all__ = [
+    "RandomSource",
+    "RNGLike",
+    "SecureRandom",
+    "client_rng",
+    "simulation_rng",
+]
+
+_FLOAT_BITS = 53
+_FLOAT_SCALE = 2.0**-_FLOAT_BITS
+
+
+@runtime_checkable
+class RandomSource(Protocol):
+    """What a randomizer may draw from: uniform floats and uniform integers.
+
+    Both :class:`numpy.random.Generator` and :class:`SecureRandom` satisfy it.
+    """
+
+    def random(self, size: int | tuple[int, ...] | None = None) -> np.ndarray: ...
+
+    def integers(
+        self,
+        low: int | np.ndarray,
+        high: int | np.ndarray | None = None,
+        size: int | tuple[int, ...] | None = None,
+    ) -> np.ndarray: ...
+
+
+RNGLike: TypeAlias = (
+    RandomSource | np.random.Generator | np.random.SeedSequence | int | None
+)
+
+
+class SecureRandom:
+    """Uniform draws from the OS CSPRNG (``os.urandom``), vectorized with numpy.
+
+    >>> r = SecureRandom()
+    >>> x = r.integers(0, 6, size=1000)
+    >>> bool(((x >= 0) & (x < 6)).all())
+    True
+    """
+
+    def _words(self, count: int) -> np.ndarray:
+        return np.frombuffer(os.urandom(8 * count), dtype=np.uint64)
+
+    def random(self, size: int | tuple[int, ...] | None = None) -> np.ndarray:
+        """Uniform floats on [0, 1) with 53 random bits each."""
+        shape = () if size is None else size
+        count = int(np.prod(shape))
+        words = self._words(count) >> np.uint64(64 - _FLOAT_BITS)
+        return (words.astype(np.float64) * _FLOAT_SCALE).reshape(shape)
+
+    def integers(
+        self,
+        low: int | np.ndarray,
+        high: int | np.ndarray | None = None,
+        size: int | tuple[int, ...] | None = None,
+    ) -> np.ndarray:
+        """Exactly uniform integers in [low, high) (rejection sampling, no modulo bias)."""
+        if high is None:
+            low, high = 0, low
+        low_a = np.asarray(low, dtype=np.int64)
+        high_a = np.asarray(high, dtype=np.int64)
+        if size is None:
+            size = np.broadcast_shapes(low_a.shape, high_a.shape)
+        shape = (size,) if isinstance(size, int) else tuple(size)
+        span = np.broadcast_to(high_a - low_a, shape).astype(np.uint64).ravel()
+        if (span == 0).any():
+            raise ValueError("integers: high must be greater than low")
+        # Accept a 64-bit word w when w < limit, the largest multiple of span <= 2^64.
+        limit = np.uint64(2**64 - 1) - (np.uint64(2**64 - 1) % span + np.uint64(1)) % span
+        out = np.empty(span.shape, dtype=np.uint64)
+        todo = np.arange(span.size)
+        while todo.size:
+            words = self._words(todo.size)
+            ok = words <= limit[todo]
+            out[todo[ok]] = words[ok] % span[todo[ok]]
+            todo = todo[~ok]
+        result = out.astype(np.int64).reshape(shape) + np.broadcast_to(low_a, shape)
+        return result
+
+
+def client_rng(rng: RNGLike = None) -> RandomSource:
+    """The source a randomizer draws from: OS entropy unless a seed/Generator is given."""
+    if rng is None:
+        return SecureRandom()
+    if isinstance(rng, SecureRandom):
+        return rng
+    return np.random.default_rng(rng)  # type: ignore[arg-type]
+
+
+def simulation_rng(rng: RNGLike = None) -> np.random.Generator:
+    """A numpy Generator for simulation (exact aggregate samplers, group assignment).
+
+    ``None`` seeds it from OS entropy; a :class:`SecureRandom` is not accepted here
+    because simulation draws (binomials, permutations) need the full Generator API.
+    """
+    if isinstance(rng, SecureRandom):
+        return np.random.default_rng()
+    return np.random.default_rng(rng)  # type: ignore[arg-type]

@@ -1,0 +1,111 @@
+"""MarginalTable: the joint distribution of a few attributes, as fractions."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .domain import Domain
+from .errors import DPMarginalsError
+
+__all__ = ["MarginalTable"]
+
+
+@dataclass(frozen=True, eq=False)
+class MarginalTable:
+    """A marginal over ``domain.attributes``: ``values[v1, ..., vk]`` is a fraction.
+
+    ``values`` has shape ``domain.shape``.  Released tables sum to 1 (within 1e-6);
+    unbiased intermediate estimates may not, so the check is opt-in via
+    :meth:`validated`.  ``std`` (same shape, optional) is a per-cell standard error.
+
+    >>> t = MarginalTable(Domain(("a", "b"), (2, 2)), np.array([[0.1, 0.2], [0.3, 0.4]]))
+    >>> t.project(["b"]).values
+    array([0.4, 0.6])
+    """
+
+    domain: Domain
+    values: np.ndarray
+    std: np.ndarray | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        vals = np.asarray(self.values, dtype=np.float64)
+        if vals.shape != self.domain.shape:
+            raise DPMarginalsError(
+                f"table shape {vals.shape} does not match domain shape {self.domain.shape}"
+            )
+        object.__setattr__(self, "values", vals)
+        if self.std is not None:
+            std = np.asarray(self.std, dtype=np.float64)
+            if std.shape != vals.shape:
+                raise DPMarginalsError(f"std shape {std.shape} != table shape {vals.shape}")
+            object.__setattr__(self, "std", std)
+
+    @property
+    def attributes(self) -> tuple[str, ...]:
+        return self.domain.attributes
+
+    def validated(self, tol: float = 1e-6) -> MarginalTable:
+        """Return self after checking the fractions are non-negative and sum to 1."""
+        total = float(self.values.sum())
+        if abs(total - 1.0) > tol or (self.values < -tol).any():
+            raise DPMarginalsError(
+                f"marginal over {list(self.attributes)} is not a distribution (sum {total:.6g})"
+            )
+        return self
+
+    def project(self, attrs: Sequence[str]) -> MarginalTable:
+        """Marginalize onto ``attrs`` (a subset, any order)."""
+        sub = self.domain.project(attrs)
+        axes = self.domain.indices(sub.attributes)
+        drop = tuple(i for i in range(len(self.domain)) if i not in axes)
+        summed = self.values.sum(axis=drop)
+        kept = [a for a in range(len(self.domain)) if a in axes]
+        order = [kept.index(a) for a in axes]
+        return MarginalTable(sub, np.transpose(summed, order))
+
+    def to_frame(self, value_name: str = "fraction") -> pd.DataFrame:
+        """Long format: one row per cell, one column per attribute, then the fraction.
+
+        >>> MarginalTable(Domain(("a",), (2,)), np.array([0.25, 0.75])).to_frame()
+           a  fraction
+        0  0      0.25
+        1  1      0.75
+        """
+        grid = np.indices(self.domain.shape).reshape(len(self.domain), -1).T
+        frame = pd.DataFrame(grid, columns=list(self.attributes))
+        frame[value_name] = self.values.ravel()
+        if self.std is not None:
+            frame["std"] = self.std.ravel()
+        return frame
+
+    def sse(self, truth: MarginalTable) -> float:
+        """Sum of squared errors against another table over the same attributes (CALM §5.1)."""
+        other = truth.project(self.attributes)
+        return float(((self.values - other.values) ** 2).sum())
+
+    def total_variation(self, truth: MarginalTable) -> float:
+        """Total variation distance, half the L1 distance (Cormode et al. §5.1)."""
+        other = truth.project(self.attributes)
+        return float(0.5 * np.abs(self.values - other.values).sum())
+
+    def to_dict(self) -> dict:
+        out = {"attributes": list(self.attributes), "sizes": list(self.domain.sizes),
+               "values": self.values.ravel().tolist()}
+        if self.std is not None:
+            out["std"] = self.std.ravel().tolist()
+        return out
+
+    @classmethod
+    def from_dict(cls, spec: dict) -> MarginalTable:
+        dom = Domain(tuple(spec["attributes"]), tuple(spec["sizes"]))
+        std = spec.get("std")
+        return cls(dom, np.asarray(spec["values"]).reshape(dom.shape),
+                   None if std is None else np.asarray(std).reshape(dom.shape))
+
+    @classmethod
+    def uniform(cls, domain: Domain) -> MarginalTable:
+        return cls(domain, np.full(domain.shape, 1.0 / domain.cells()))
