@@ -184,11 +184,25 @@ class Dataset:
         frame.columns = [str(c) for c in frame.columns]
         if domain_json is None:
             return cls.from_frame(frame, name=path.stem)
-        dom = domain_json if isinstance(domain_json, Domain) else (
-            Domain.from_dict(domain_json) if isinstance(domain_json, Mapping)
-            else Domain.load(domain_json)
-        )
-        return cls.from_frame(frame, dom, name=path.name.split(".")[0])
+        return cls.from_frame(frame, _as_domain(domain_json), name=path.name.split(".")[0])
+
+    @classmethod
+    def from_file(
+        cls, path: str | Path, domain_json: str | Path | Mapping | Domain | None = None
+    ) -> Dataset:
+        """A CSV (plain or compressed) or Parquet file, with an optional domain JSON."""
+        path = Path(path)
+        if path.suffix.lower() not in (".parquet", ".pq"):
+            return cls.from_csv(path, domain_json)
+        if not path.exists():
+            raise DPMarginalsError(f"data file not found: {str(path)!r}")
+        try:
+            frame = pd.read_parquet(path)
+        except Exception as exc:  # pyarrow raises several types for a bad file
+            raise DPMarginalsError(f"cannot read Parquet file {str(path)!r}: {exc}") from None
+        frame.columns = [str(c) for c in frame.columns]
+        dom = None if domain_json is None else _as_domain(domain_json)
+        return cls.from_frame(frame, dom, name=path.stem)
 
     def to_csv(self, path: str | Path, domain_path: str | Path | None = None) -> None:
         self.to_frame().to_csv(path, index=False)
@@ -202,3 +216,12 @@ def _refuse_missing(frame: pd.DataFrame) -> None:
         col = str(missing[missing].index[0])
         row = int(np.flatnonzero(frame[col].isna().to_numpy())[0])
         raise DPMarginalsError(f"column {col!r} has a missing value (row {row})")
+
+
+def _as_domain(spec: str | Path | Mapping | Domain) -> Domain:
+    """A Domain from a Domain, a mapping, or the path of a domain JSON file."""
+    if isinstance(spec, Domain):
+        return spec
+    if isinstance(spec, Mapping):
+        return Domain.from_dict(spec)
+    return Domain.load(spec)

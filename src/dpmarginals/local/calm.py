@@ -1,0 +1,140 @@
+"""CALM: Consistent Adaptive Local Marginal (Zhang, Wang, Li, He, Chen; CCS 2018, §4).
+
+1. Choose the marginal size l and count m by the error analysis (§4.3, Algorithm 1) and
+   the attribute sets (a covering design of the k-sets when l >= k).
+2. Split the users into m groups; each user reports her group's l-way marginal cell
+   through the adaptively chosen frequency oracle (GRR or OUE, §2.2.3).
+3. Unbias, then make the noisy marginals consistent and non-negative (§4.4 + PriView).
+4. Answer any k-way marginal from the consistent views by maximum entropy (§4.1).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from ..dataset import Dataset
+from ..domain import Domain
+from ..errors import DPMarginalsError, check_epsilon
+from ..inference import make_consistent
+from ..oracles import adaptive_oracle, best_oracle
+from ..plan import GroupSpec, Plan, attribute_names
+from ..planning import choose_marginals, select_marginals
+from ..randomness import RNGLike
+from ..synopsis import ViewSynopsis
+from .collect import NoisyView, collect
+
+__all__ = ["CALM", "consistent_synopsis", "group_specs"]
+
+ORACLES = ("adaptive", "best", "grr", "oue", "olh", "hr")
+
+
+def group_specs(
+    domain: Domain, attribute_sets: list[tuple[str, ...]], epsilon: float, oracle: str
+) -> tuple[GroupSpec, ...]:
+    """One group per attribute set, each with its oracle chosen for its marginal's size."""
+    specs = []
+    for attrs in attribute_sets:
+        cells = domain.project(attrs).cells()
+        if oracle == "adaptive":
+            name = adaptive_oracle(epsilon, cells).name
+        elif oracle == "best":
+            name = best_oracle(epsilon, cells).name
+        else:
+            name = oracle
+        specs.append(GroupSpec(attrs, name, epsilon, cells))
+    return tuple(specs)
+
+
+def consistent_synopsis(
+    domain: Domain, views: list[NoisyView], method: str, info: dict, *, max_rounds: int = 100
+) -> ViewSynopsis:
+    """Consistency + non-negativity over the noisy views (§4.4), packed as a synopsis.
+
+    The weighted averages use 1/(C_i Var_i): CALM's 1/C_i when every group has the same
+    size and oracle, and the variance-optimal generalisation §4.4 mentions otherwise.
+    """
+    index_views = [(domain.indices(v.attributes), v.table) for v in views]
+    result = make_consistent(index_views, domain.sizes,
+                             variances=[v.variance for v in views], max_rounds=max_rounds)
+    info = {**info, "consistency_rounds": result.rounds, "consistent": result.converged,
+            "max_inconsistency": result.max_inconsistency}
+    out = [(tuple(domain.attributes[i] for i in attrs), table) for attrs, table in result]
+    return ViewSynopsis(domain, out, method, info)
+
+
+@dataclass
+class CALM:
+    """CALM with Algorithm 1's choice of (m, l) unless both are given.
+
+    ``oracle``: "adaptive" (CALM §2.2.3, GRR or OUE per marginal size), "best" (least
+    variance among GRR, OUE, OLH, HR), or one oracle name for every group.
+    ``per_user=True`` randomizes every user's record (the client path); the default
+    samples the aggregate counts from their exact distribution (fast simulation).
+
+    >>> from dpmarginals.domain import Domain
+    >>> plan = CALM(epsilon=2.0, k=3).plan(Domain.from_dict({str(i): 2 for i in range(8)}), 2**16)
+    >>> plan.params["l"], plan.m
+    (4, 14)
+    """
+
+    epsilon: float
+    k: int = 3
+    theta: float = 1e-3
+    m: int | None = None
+    l: int | None = None  # noqa: E741 - the paper's name
+    oracle: str = "adaptive"
+    per_user: bool = False
+    max_rounds: int = 100
+    name: ClassVar[str] = "calm"
+
+    def __post_init__(self) -> None:
+        self.epsilon = check_epsilon(self.epsilon)
+        if not isinstance(self.k, int | np.integer) or self.k < 1:
+            raise DPMarginalsError(f"k must be an integer >= 1, got {self.k!r}")
+        if self.oracle not in ORACLES:
+            raise DPMarginalsError(f"oracle must be one of {list(ORACLES)}, got {self.oracle!r}")
+        for field_name in ("m", "l"):
+            value = getattr(self, field_name)
+            if value is not None and (not isinstance(value, int | np.integer) or value < 1):
+                raise DPMarginalsError(f"{field_name} must be an integer >= 1, got {value!r}")
+
+    def plan(self, domain: Domain, n: int) -> Plan:
+        """The public plan: m attribute sets of size l, each with its oracle."""
+        d = len(domain)
+        if self.k > d:
+            raise DPMarginalsError(f"k = {self.k} exceeds the number of attributes d = {d}")
+        choice = choose_marginals(n, d, self.epsilon, self.k, self.theta, sizes=domain.sizes)
+        l = self.l if self.l is not None else choice.l  # noqa: E741
+        if l > d:
+            raise DPMarginalsError(f"l = {l} exceeds the number of attributes d = {d}")
+        if self.m is not None:
+            m: int | None = self.m
+        elif self.l is None:
+            m = choice.m
+        elif l >= self.k:
+            m = None  # a covering design of the k-sets, however many l-sets it takes
+        else:
+            m = min(max(int(self.theta * n), 1), math.comb(d, l))  # Algorithm 1, line 6
+        if m is not None and m > math.comb(d, l):
+            raise DPMarginalsError(f"m = {m} exceeds the {math.comb(d, l)} distinct {l}-way "
+                                   f"marginals of d = {d} attributes")
+        sets = select_marginals(d, self.k, l, m)
+        attrs = attribute_names(domain, sets)
+        params = {"k": self.k, "theta": self.theta, "l": l, "m": len(attrs),
+                  "noise_error": choice.noise_error, "sampling_error": choice.sampling_error,
+                  "planned_l": choice.l, "planned_m": choice.m}
+        return Plan(self.name, self.epsilon, domain,
+                    group_specs(domain, attrs, self.epsilon, self.oracle), params)
+
+    def run(self, data: Dataset, *, rng: RNGLike = None) -> ViewSynopsis:
+        """Collect from every row of ``data`` as one user and build the synopsis."""
+        plan = self.plan(data.domain, data.n)
+        views = collect(data, plan, rng=rng, per_user=self.per_user)
+        info = {"plan_hash": plan.hash, **plan.params, "n": data.n,
+                "oracles": sorted({g.oracle for g in plan.groups})}
+        return consistent_synopsis(data.domain, views, self.name, info,
+                                   max_rounds=self.max_rounds)

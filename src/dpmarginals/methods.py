@@ -1,0 +1,70 @@
+"""Every marginal-release method behind one interface.
+
+``make(name, **params)`` returns an object with ``name``, ``plan(domain, n)`` (the
+public, JSON-serialisable :class:`~dpmarginals.plan.Plan`) and ``run(data, rng=...)``
+returning a :class:`~dpmarginals.synopsis.Synopsis`.
+
+>>> make("calm", epsilon=1.0, k=3).name
+'calm'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+
+from .dataset import Dataset
+from .domain import Domain
+from .errors import DPMarginalsError
+from .local.calm import CALM
+from .plan import Plan
+from .randomness import RNGLike
+from .synopsis import Synopsis, UniformSynopsis
+
+__all__ = ["Method", "Uniform", "available", "make"]
+
+
+class Method(Protocol):
+    name: str
+
+    def plan(self, domain: Domain, n: int) -> Plan: ...
+
+    def run(self, data: Dataset, *, rng: RNGLike = None) -> Synopsis: ...
+
+
+@dataclass
+class Uniform:
+    """The Uniform baseline (CALM §5.1): answers every marginal with the uniform table."""
+
+    epsilon: float | None = None
+    k: int | None = None
+    name: ClassVar[str] = "uni"
+
+    def plan(self, domain: Domain, n: int) -> Plan:
+        return Plan(self.name, float(self.epsilon or 0.0), domain, ())
+
+    def run(self, data: Dataset, *, rng: RNGLike = None) -> Synopsis:
+        return UniformSynopsis(data.domain)
+
+
+_REGISTRY: dict[str, Callable[..., Any]] = {
+    "calm": CALM,
+    "uni": Uniform,
+}
+
+
+def available() -> list[str]:
+    """Names accepted by :func:`make`."""
+    return sorted(_REGISTRY)
+
+
+def make(name: str, **params: Any) -> Method:
+    """Build a method by name; unknown names and parameters are clear errors."""
+    key = name.lower().replace("-", "_")
+    if key not in _REGISTRY:
+        raise DPMarginalsError(f"unknown method {name!r}; available: {', '.join(available())}")
+    try:
+        return _REGISTRY[key](**params)
+    except TypeError as exc:
+        raise DPMarginalsError(f"method {name!r}: {exc}") from None

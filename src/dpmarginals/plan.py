@@ -1,0 +1,127 @@
+"""The public plan of a local-DP collection: what each group of users reports, and how.
+
+A plan is published to every client; it holds nothing private.  Its hash identifies
+it in reports, so an aggregator can refuse reports made under another plan.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .domain import Domain
+from .errors import DPMarginalsError
+
+__all__ = ["PLAN_VERSION", "GroupSpec", "Plan"]
+
+PLAN_VERSION = 1
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """One group: the marginal its users report and the frequency oracle they use.
+
+    ``cells`` is the size of the oracle's input domain (the marginal's number of cells).
+    """
+
+    attributes: tuple[str, ...]
+    oracle: str
+    epsilon: float
+    cells: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"attributes": list(self.attributes), "oracle": self.oracle,
+                "epsilon": self.epsilon, "cells": self.cells}
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> GroupSpec:
+        return cls(tuple(spec["attributes"]), str(spec["oracle"]), float(spec["epsilon"]),
+                   int(spec["cells"]))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A JSON-serialisable public plan.
+
+    ``params`` holds the method's own public parameters (k, theta, l, m, predicted errors).
+    """
+
+    method: str
+    epsilon: float
+    domain: Domain
+    groups: tuple[GroupSpec, ...]
+    params: Mapping[str, Any] = field(default_factory=dict)
+    version: int = PLAN_VERSION
+
+    @property
+    def m(self) -> int:
+        return len(self.groups)
+
+    def to_dict(self, *, with_hash: bool = True) -> dict[str, Any]:
+        body = {
+            "format": "dpmarginals.plan",
+            "version": self.version,
+            "method": self.method,
+            "epsilon": self.epsilon,
+            "domain": self.domain.to_dict(),
+            "groups": [g.to_dict() for g in self.groups],
+            "params": dict(self.params),
+        }
+        if with_hash:
+            body["hash"] = self.hash
+        return body
+
+    @property
+    def hash(self) -> str:
+        """SHA-256 of the canonical JSON of the plan (without the hash field)."""
+        canon = json.dumps(self.to_dict(with_hash=False), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canon.encode()).hexdigest()
+
+    def to_json(self, indent: int | None = 1) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_json())
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> Plan:
+        try:
+            version = int(spec.get("version", PLAN_VERSION))
+            if version != PLAN_VERSION:
+                raise DPMarginalsError(f"plan version {version} is not supported "
+                                       f"(this dpmarginals reads version {PLAN_VERSION})")
+            plan = cls(
+                method=str(spec["method"]),
+                epsilon=float(spec["epsilon"]),
+                domain=Domain.from_dict(spec["domain"]),
+                groups=tuple(GroupSpec.from_dict(g) for g in spec["groups"]),
+                params=dict(spec.get("params", {})),
+                version=version,
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            if isinstance(exc, DPMarginalsError):
+                raise
+            raise DPMarginalsError(f"malformed plan: {exc!r}") from None
+        if "hash" in spec and spec["hash"] != plan.hash:
+            raise DPMarginalsError(f"plan hash {spec['hash']!r} does not match its content")
+        return plan
+
+    @classmethod
+    def load(cls, path: str | Path) -> Plan:
+        try:
+            return cls.from_dict(json.loads(Path(path).read_text()))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise DPMarginalsError(f"cannot read plan {str(path)!r}: {exc}") from None
+
+    def group_indices(self) -> list[tuple[int, ...]]:
+        """Each group's attributes as positions in the domain."""
+        return [self.domain.indices(g.attributes) for g in self.groups]
+
+
+def attribute_names(domain: Domain, index_sets: Sequence[Sequence[int]]) -> list[tuple[str, ...]]:
+    """Attribute-index sets -> attribute-name tuples (in domain order)."""
+    return [tuple(domain.attributes[i] for i in sorted(s)) for s in index_sets]

@@ -1,0 +1,136 @@
+"""Synopses: what a release publishes, and how any marginal is answered from it."""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from .domain import Domain
+from .errors import DPMarginalsError
+from .table import MarginalTable
+
+__all__ = ["Synopsis", "UniformSynopsis", "ViewSynopsis", "load_synopsis"]
+
+_FORMAT = "dpmarginals.synopsis"
+_KINDS: dict[str, type[Synopsis]] = {}
+
+
+def _check_query(domain: Domain, attrs: Sequence[str]) -> tuple[str, ...]:
+    attrs = tuple(attrs)
+    if not attrs:
+        raise DPMarginalsError("a marginal needs at least one attribute")
+    domain.project(attrs)  # names unknown or repeated attributes
+    return attrs
+
+
+class Synopsis(ABC):
+    """A released, privacy-safe summary that answers marginal queries."""
+
+    kind: ClassVar[str]
+    domain: Domain
+    method: str
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "kind" in cls.__dict__:
+            _KINDS[cls.kind] = cls
+
+    @abstractmethod
+    def marginal(self, attrs: Sequence[str]) -> MarginalTable:
+        """The estimated marginal over ``attrs`` (in the order given)."""
+
+    @abstractmethod
+    def _payload(self) -> dict[str, Any]: ...
+
+    @classmethod
+    @abstractmethod
+    def _from_payload(cls, domain: Domain, method: str, payload: Mapping[str, Any]) -> Synopsis: ...
+
+    def save(self, path: str | Path) -> None:
+        body = {"format": _FORMAT, "version": 1, "kind": self.kind, "method": self.method,
+                "domain": self.domain.to_dict(), **self._payload()}
+        Path(path).write_text(json.dumps(body))
+
+    @staticmethod
+    def load(path: str | Path) -> Synopsis:
+        return load_synopsis(path)
+
+
+def load_synopsis(path: str | Path) -> Synopsis:
+    """Read a synopsis written by :meth:`Synopsis.save`."""
+    try:
+        body = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise DPMarginalsError(f"cannot read synopsis {str(path)!r}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise DPMarginalsError(f"synopsis {str(path)!r} is not valid JSON: {exc}") from None
+    if not isinstance(body, dict) or body.get("format") != _FORMAT:
+        raise DPMarginalsError(f"{str(path)!r} is not a dpmarginals synopsis")
+    kind = body.get("kind")
+    if kind not in _KINDS:
+        raise DPMarginalsError(f"synopsis kind {kind!r} is unknown; known: {sorted(_KINDS)}")
+    return _KINDS[kind]._from_payload(Domain.from_dict(body["domain"]), body["method"], body)
+
+
+@dataclass(eq=False)
+class ViewSynopsis(Synopsis):
+    """Consistent, non-negative marginals ("views"); other marginals by max-entropy.
+
+    A query inside one view is read off it; otherwise the answer is the maximum-entropy
+    table consistent with every view's projection on its overlap with the query
+    (CALM §4.1, PriView).
+    """
+
+    kind: ClassVar[str] = "views"
+    domain: Domain
+    views: list[tuple[tuple[str, ...], np.ndarray]]
+    method: str = "calm"
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def marginal(self, attrs: Sequence[str]) -> MarginalTable:
+        from .inference import max_entropy
+
+        attrs = _check_query(self.domain, attrs)
+        query = self.domain.indices(attrs)
+        views = [(self.domain.indices(a), t) for a, t in self.views]
+        table = max_entropy(query, views, self.domain.sizes)
+        return MarginalTable(self.domain.project(attrs), table)
+
+    def _payload(self) -> dict[str, Any]:
+        return {"info": self.info,
+                "views": [{"attributes": list(a), "values": t.ravel().tolist()}
+                          for a, t in self.views]}
+
+    @classmethod
+    def _from_payload(cls, domain: Domain, method: str, payload: Mapping[str, Any]) -> Synopsis:
+        views = []
+        for v in payload["views"]:
+            attrs = tuple(v["attributes"])
+            views.append((attrs, np.asarray(v["values"], float).reshape(
+                domain.project(attrs).shape)))
+        return cls(domain, views, method, dict(payload.get("info", {})))
+
+
+@dataclass(eq=False)
+class UniformSynopsis(Synopsis):
+    """The Uniform baseline (CALM §5.1 "Uni"): every marginal is uniform; no data used."""
+
+    kind: ClassVar[str] = "uniform"
+    domain: Domain
+    method: str = "uni"
+
+    def marginal(self, attrs: Sequence[str]) -> MarginalTable:
+        return MarginalTable.uniform(self.domain.project(_check_query(self.domain, attrs)))
+
+    def _payload(self) -> dict[str, Any]:
+        return {}
+
+    @classmethod
+    def _from_payload(cls, domain: Domain, method: str, payload: Mapping[str, Any]) -> Synopsis:
+        return cls(domain, method)
