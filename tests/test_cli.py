@@ -80,7 +80,7 @@ def test_run_on_a_csv_and_query_the_synopsis(capsys, tmp_path):
     ],
 )
 def test_bad_input_is_one_line_and_nonzero(capsys, argv, message):
-    code, out, err = run_cli(capsys, *argv)
+    code, _, err = run_cli(capsys, *argv)
     assert code != 0
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in err

@@ -156,8 +156,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print(f"  SSE over {args.queries} random {args.k}-way marginals x {args.repeats} run(s): "
           f"{out['sse_mean']:.3g} (sd {out['sse_std']:.2g});  Uniform baseline: "
           f"{out['uniform_sse_mean']:.3g}")
-    print(f"  total variation distance: {out['tvd_mean']:.3g} (Uniform {out['uniform_tvd_mean']:.3g})")
-    print(f"  {out['seconds']:.2f} s per run" + (f"; synopsis saved to {args.out}" if args.out else ""))
+    print(f"  total variation distance: {out['tvd_mean']:.3g} "
+          f"(Uniform {out['uniform_tvd_mean']:.3g})")
+    saved = f"; synopsis saved to {args.out}" if args.out else ""
+    print(f"  {out['seconds']:.2f} s per run{saved}")
     return 0
 
 

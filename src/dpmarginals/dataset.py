@@ -48,9 +48,9 @@ class Dataset:
             raise DPMarginalsError(
                 f"codes must be an (n, {len(self.domain)}) array, got shape {codes.shape}"
             )
-        if codes.size and not np.issubdtype(codes.dtype, np.integer):
-            if not np.array_equal(codes, np.round(codes)):
-                raise DPMarginalsError("codes must be integers")
+        integral = np.issubdtype(codes.dtype, np.integer)
+        if codes.size and not integral and not np.array_equal(codes, np.round(codes)):
+            raise DPMarginalsError("codes must be integers")
         self.domain.validate_codes(codes)
         object.__setattr__(self, "codes", codes.astype(code_dtype(self.domain.sizes), copy=False))
 
@@ -143,7 +143,8 @@ class Dataset:
             _refuse_missing(sub)
             for a in dom.attributes:
                 if not pd.api.types.is_numeric_dtype(sub[a]):
-                    raise DPMarginalsError(f"column {a!r} must hold integer codes, got {sub[a].dtype}")
+                    raise DPMarginalsError(
+                        f"column {a!r} must hold integer codes, got {sub[a].dtype}")
             return cls(sub.to_numpy(), dom, name=name)
         _refuse_missing(frame)
         columns, sizes, labels = [], [], {}

@@ -80,7 +80,8 @@ class Domain:
         try:
             text = Path(path).read_text()
         except OSError as exc:
-            raise DPMarginalsError(f"cannot read domain file {str(path)!r}: {exc.strerror}") from None
+            raise DPMarginalsError(
+                f"cannot read domain file {str(path)!r}: {exc.strerror}") from None
         try:
             spec = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -162,7 +163,8 @@ class Domain:
             bad = (cols[:, j] < 0) | (cols[:, j] >= s)
             if bad.any():
                 raise DPMarginalsError(
-                    f"value {int(cols[bad, j][0])} of attribute {a!r} is out of its domain 0..{s - 1}"
+                    f"value {int(cols[bad, j][0])} of attribute {a!r} "
+                    f"is out of its domain 0..{s - 1}"
                 )
 
     def validate_codes(self, codes: np.ndarray) -> None:

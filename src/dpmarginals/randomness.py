@@ -22,8 +22,8 @@ from typing import Protocol, TypeAlias, runtime_checkable
 import numpy as np
 
 __all__ = [
-    "RandomSource",
     "RNGLike",
+    "RandomSource",
     "SecureRandom",
     "client_rng",
     "simulation_rng",

@@ -1,0 +1,100 @@
+"""Non-negativity post-processing of one noisy table: Norm-Sub and Norm-Cut.
+
+Norm-Sub is the method of Wang et al. (NDSS'20, "Locally differentially private frequency
+estimation with consistency", code ``vvv214/LDP_Protocols/post-process/norm_sub.py``): zero
+the negative cells, spread the difference to the target total evenly over the positive cells,
+and repeat until nothing is negative.  Its fixed point is ``max(x - delta, 0)`` with ``delta``
+chosen so the total is right, which :func:`norm_sub` computes exactly by sorting.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dpmarginals.errors import DPMarginalsError
+
+__all__ = ["norm_cut", "norm_sub"]
+
+
+def _check(x: np.ndarray, total: float) -> tuple[np.ndarray, float]:
+    arr = np.asarray(x, dtype=np.float64)
+    if not np.isfinite(arr).all():
+        raise DPMarginalsError("norm_sub/norm_cut: input has non-finite cells")
+    total = float(total)
+    if not (total >= 0 and np.isfinite(total)):
+        raise DPMarginalsError(f"total must be a finite number >= 0, got {total!r}")
+    return arr, total
+
+
+def norm_sub(x: np.ndarray, total: float = 1.0) -> np.ndarray:
+    """Norm-Sub: shift ``x`` by a constant and clip at 0 so that it sums to ``total``.
+
+    Returns a new array of the same shape, ``>= 0`` everywhere and summing to ``total``.
+    Exact, in O(L log L) for L cells; equal to the fixed point of the iterative loop of
+    Wang et al. (NDSS'20):
+
+    * if the positive cells sum to at least ``total``, the result is ``max(x - delta, 0)``,
+      which is the Euclidean projection of ``x`` onto ``{y >= 0, sum(y) = total}``;
+    * otherwise the shortfall is added evenly to the positive cells only (negative and zero
+      cells become 0), as the loop does;
+    * if no cell is positive, the loop is undefined; we return the uniform table
+      ``total / L`` (the maximum-entropy choice when nothing is known).
+
+    >>> norm_sub(np.array([0.5, 0.4, 0.3, -0.2])).round(6).tolist()
+    [0.433333, 0.333333, 0.233333, 0.0]
+    >>> norm_sub(np.array([0.2, -0.1, 0.0])).tolist()
+    [1.0, 0.0, 0.0]
+    >>> norm_sub(np.array([-1.0, 0.0])).tolist()
+    [0.5, 0.5]
+    """
+    arr, total = _check(x, total)
+    if arr.size == 0:
+        return arr.copy()
+    flat = arr.ravel()
+    positive = flat > 0
+    npos = int(positive.sum())
+    if npos == 0:
+        return np.full(arr.shape, total / arr.size)
+    pos_sum = float(flat[positive].sum())
+    if pos_sum < total:
+        out = np.where(positive, flat + (total - pos_sum) / npos, 0.0)
+        return out.reshape(arr.shape)
+    u = np.sort(flat[positive])[::-1]
+    css = np.cumsum(u) - total
+    ks = np.arange(1, u.size + 1)
+    k = int(np.nonzero(u - css / ks > 0)[0][-1])
+    delta = css[k] / (k + 1)
+    return np.maximum(flat - delta, 0.0).reshape(arr.shape)
+
+
+def norm_cut(x: np.ndarray, total: float = 1.0) -> np.ndarray:
+    """Norm-Cut: keep the largest cells, zero the rest, so that the table sums to ``total``.
+
+    The cells are taken in decreasing order until their running sum reaches ``total``; the
+    cells after that are set to 0 and the last kept cell is trimmed so the sum is exactly
+    ``total``.  When ``x`` already sums to ``total`` this is the DPSyn flavour (zero the
+    negatives and take the same mass away from the smallest positive cells, in ascending
+    order); LDPP's flavour would instead rescale the kept cells.  If the positive cells sum
+    to less than ``total``, they are scaled up proportionally; if none is positive, the
+    uniform table is returned.
+
+    >>> norm_cut(np.array([0.5, 0.4, 0.3, -0.2])).round(12).tolist()
+    [0.5, 0.4, 0.1, 0.0]
+    """
+    arr, total = _check(x, total)
+    if arr.size == 0:
+        return arr.copy()
+    flat = arr.ravel()
+    positive = flat > 0
+    if not positive.any():
+        return np.full(arr.shape, total / arr.size)
+    pos_sum = float(flat[positive].sum())
+    if pos_sum <= total:
+        return np.where(positive, flat * (total / pos_sum), 0.0).reshape(arr.shape)
+    order = np.argsort(-flat, kind="stable")[: int(positive.sum())]  # positive cells, largest first
+    csum = np.cumsum(flat[order])  # increasing; its last entry pos_sum exceeds total
+    k = int(np.searchsorted(csum, total))  # first index where the running sum reaches total
+    out = np.zeros_like(flat)
+    out[order[:k]] = flat[order[:k]]
+    out[order[k]] = total - (csum[k - 1] if k > 0 else 0.0)
+    return out.reshape(arr.shape)
