@@ -85,7 +85,7 @@ class CALM:
     k: int = 3
     theta: float = 1e-3
     m: int | None = None
-    l: int | None = None  # noqa: E741 - the paper's name
+    l: int | None = None
     oracle: str = "adaptive"
     per_user: bool = False
     max_rounds: int = 100
@@ -108,7 +108,7 @@ class CALM:
         if self.k > d:
             raise DPMarginalsError(f"k = {self.k} exceeds the number of attributes d = {d}")
         choice = choose_marginals(n, d, self.epsilon, self.k, self.theta, sizes=domain.sizes)
-        l = self.l if self.l is not None else choice.l  # noqa: E741
+        l = self.l if self.l is not None else choice.l
         if l > d:
             raise DPMarginalsError(f"l = {l} exceeds the number of attributes d = {d}")
         if self.m is not None:

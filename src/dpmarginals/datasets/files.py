@@ -1,0 +1,274 @@
+"""Where data files live, how they are found, and how they are fetched when missing.
+
+The data directory ("data home") resolves, in order, from
+
+1. the ``data_home`` argument,
+2. the environment variable ``DPMARGINALS_DATA``,
+3. the user cache: ``$XDG_CACHE_HOME/dpmarginals``, else ``~/.cache/dpmarginals``.
+
+A file is looked up by its relative path (the layout of the project's shared data
+folder, e.g. ``adult-raw/adult.data.gz``) in the argument alone when one is given,
+otherwise in ``$DPMARGINALS_DATA`` (when set) and then in the user cache.
+
+A missing file is downloaded from its public source(s) when downloads are allowed (the
+``download`` argument, and the environment variable ``DPMARGINALS_OFFLINE`` unset or
+``0``): :func:`fetch` streams the URL with :mod:`urllib` (with a timeout) to a temporary
+file beside the target, applies the file's conversion (e.g. gzip a plain ``.dat``), and
+renames it into place, so an interrupted download never leaves a partial file.  The
+target directory is the first searched directory, or the user cache when that one is
+not writable.  Failing that, :class:`~dpmarginals.errors.DataNotFoundError` says which
+file was looked for, where, and where to put it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import tempfile
+import urllib.error
+import urllib.request
+import zipfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import DataNotFoundError, DPMarginalsError
+
+__all__ = [
+    "ENV_DATA",
+    "ENV_OFFLINE",
+    "RemoteFile",
+    "cache_dir",
+    "data_home",
+    "download_allowed",
+    "ensure_file",
+    "fetch",
+    "find_file",
+    "search_dirs",
+]
+
+ENV_DATA = "DPMARGINALS_DATA"
+ENV_OFFLINE = "DPMARGINALS_OFFLINE"
+DEFAULT_TIMEOUT = 60.0
+_CHUNK = 1 << 20
+
+#: ``(source_path, target_path) -> None``: turn the downloaded file into the stored one.
+Converter = Callable[[Path, Path], None]
+
+
+# -- conversions of a downloaded file into the stored layout ----------------------------
+def copy(src: Path, dst: Path) -> None:
+    """Store the download as is."""
+    shutil.copyfile(src, dst)
+
+
+def gzip_file(src: Path, dst: Path) -> None:
+    """Store a plain download gzip-compressed (``foo.dat`` -> ``foo.dat.gz``)."""
+    with open(src, "rb") as fin, gzip.GzipFile(dst, "wb", mtime=0) as fout:
+        shutil.copyfileobj(fin, fout, _CHUNK)
+
+
+def gunzip_into_zip(member: str) -> Converter:
+    """Store a ``.gz`` download as a ``.zip`` holding ``member`` (UCI MSNBC layout)."""
+
+    def convert(src: Path, dst: Path) -> None:
+        with (
+            gzip.open(src, "rb") as fin,
+            zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED) as zf,
+            zf.open(member, "w") as fout,
+        ):
+            shutil.copyfileobj(fin, fout, _CHUNK)
+
+    return convert
+
+
+def first_lines_gzip(count: int) -> Converter:
+    """Keep the first ``count`` lines of a (possibly gzipped) text download, gzipped."""
+
+    def convert(src: Path, dst: Path) -> None:
+        with open(src, "rb") as probe:
+            gzipped = probe.read(2) == b"\x1f\x8b"
+        opener: Any = gzip.open if gzipped else open
+        with opener(src, "rb") as fin, gzip.GzipFile(dst, "wb", mtime=0) as fout:
+            for i, line in enumerate(fin):
+                if i >= count or not line.endswith(b"\n"):
+                    break
+                fout.write(line)
+
+    return convert
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """A file of a data set: its relative path under the data home and its sources.
+
+    ``urls`` are tried in order (the original public home first, then mirrors); each is
+    paired with the conversion that turns what it serves into the stored file.
+    """
+
+    path: str
+    urls: tuple[tuple[str, Converter], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if Path(self.path).is_absolute() or ".." in Path(self.path).parts:
+            raise DPMarginalsError(f"data file path must be relative: {self.path!r}")
+
+
+# -- directories ------------------------------------------------------------------------
+def cache_dir() -> Path:
+    """The user cache: ``$XDG_CACHE_HOME/dpmarginals`` or ``~/.cache/dpmarginals``."""
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "dpmarginals"
+
+
+def data_home(data_home: str | os.PathLike[str] | None = None) -> Path:
+    """The primary data directory: the argument, else ``$DPMARGINALS_DATA``, else the cache.
+
+    >>> str(data_home("/tmp/somewhere"))
+    '/tmp/somewhere'
+    """
+    if data_home is not None:
+        return Path(data_home).expanduser()
+    env = os.environ.get(ENV_DATA)
+    if env:
+        return Path(env).expanduser()
+    return cache_dir()
+
+
+def search_dirs(data_home: str | os.PathLike[str] | None = None) -> list[Path]:
+    """Directories searched for data files, in order (see the module docstring)."""
+    if data_home is not None:
+        return [Path(data_home).expanduser()]
+    dirs = []
+    env = os.environ.get(ENV_DATA)
+    if env:
+        dirs.append(Path(env).expanduser())
+    cache = cache_dir()
+    if cache not in dirs:
+        dirs.append(cache)
+    return dirs
+
+
+def download_allowed(download: bool | None = None) -> bool:
+    """``download`` if given, else True unless ``$DPMARGINALS_OFFLINE`` is set (not "0")."""
+    if download is not None:
+        return bool(download)
+    return os.environ.get(ENV_OFFLINE, "0").strip().lower() in ("", "0", "false", "no")
+
+
+def find_file(relpath: str, data_home: str | os.PathLike[str] | None = None) -> Path | None:
+    """The first existing ``<dir>/<relpath>`` over :func:`search_dirs`, or None."""
+    for d in search_dirs(data_home):
+        candidate = d / relpath
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+# -- download ---------------------------------------------------------------------------
+def _urlopen(url: str, timeout: float) -> Any:
+    """The opener :func:`fetch` uses (tests replace it; nothing else touches the network)."""
+    request = urllib.request.Request(url, headers={"User-Agent": "dpmarginals"})
+    return urllib.request.urlopen(request, timeout=timeout)
+
+
+def fetch(
+    url: str,
+    dest: str | os.PathLike[str],
+    *,
+    convert: Converter = copy,
+    timeout: float = DEFAULT_TIMEOUT,
+    opener: Callable[[str, float], Any] | None = None,
+) -> Path:
+    """Download ``url`` to ``dest`` atomically (temporary file + rename); return ``dest``.
+
+    ``convert`` turns the downloaded bytes into the stored file (default: as is).
+    ``opener(url, timeout)`` returns a readable response (default :mod:`urllib`, which
+    also serves ``file://`` URLs).  Raises :class:`DataNotFoundError` on any failure,
+    leaving no partial file behind.
+    """
+    dest = Path(dest)
+    open_url = opener or _urlopen
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp_dir = tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent)
+    try:
+        raw = Path(tmp_dir) / "download"
+        status = None
+        try:
+            with open_url(url, timeout) as response, open(raw, "wb") as out:
+                status = getattr(response, "status", None)
+                if status is None or 200 <= int(status) < 300:
+                    shutil.copyfileobj(response, out, _CHUNK)
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", None) or exc
+            raise DataNotFoundError(f"cannot download {url}: {reason}") from None
+        if status is not None and not 200 <= int(status) < 300:
+            raise DataNotFoundError(f"cannot download {url}: HTTP status {status}")
+        if raw.stat().st_size == 0:
+            raise DataNotFoundError(f"cannot download {url}: empty response")
+        converted = Path(tmp_dir) / "converted"
+        try:
+            convert(raw, converted)
+        except (OSError, EOFError, zipfile.BadZipFile) as exc:
+            raise DataNotFoundError(f"downloaded {url} but cannot convert it: {exc}") from None
+        os.replace(converted, dest)
+    finally:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+    return dest
+
+
+def _writable_target(relpath: str, dirs: Sequence[Path]) -> Path:
+    """Where a download goes: the first searched directory if writable, else the cache."""
+    for d in [dirs[0], cache_dir()]:
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            if os.access(d, os.W_OK):
+                return d / relpath
+        except OSError:
+            continue
+    return dirs[0] / relpath
+
+
+def ensure_file(
+    file: RemoteFile,
+    data_home: str | os.PathLike[str] | None = None,
+    *,
+    dataset: str = "",
+    download: bool | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> Path:
+    """The local path of ``file``: found in the search directories or downloaded.
+
+    Raises :class:`DataNotFoundError` (one line) naming the file, the directories
+    searched and where to put it when it is neither present nor downloadable.
+    """
+    found = find_file(file.path, data_home)
+    if found is not None:
+        return found
+    dirs = search_dirs(data_home)
+    failures: list[str] = []
+    if download_allowed(download) and file.urls:
+        target = _writable_target(file.path, dirs)
+        for url, convert in file.urls:
+            try:
+                return fetch(url, target, convert=convert, timeout=timeout)
+            except DataNotFoundError as exc:
+                failures.append(str(exc))
+    where = ", ".join(str(d) for d in dirs)
+    label = f"data set {dataset!r}: " if dataset else ""
+    source = f" (public source: {file.urls[0][0]})" if file.urls else ""
+    if failures:
+        tail = f"; download failed: {' | '.join(failures)}"
+    elif file.urls and not download_allowed(download):
+        tail = f"; downloads are disabled (download=False or ${ENV_OFFLINE})"
+    else:
+        tail = ""
+    message = (
+        f"{label}file {file.path!r} not found in {where}; put it at "
+        f"{dirs[0] / file.path}{source} or set ${ENV_DATA} to a directory holding "
+        f"{file.path}{tail}"
+    )
+    raise DataNotFoundError(message.replace("\r", " ").replace("\n", " "))

@@ -1,0 +1,517 @@
+"""The table of data sets: what each is, where it comes from, and how it is loaded.
+
+Every entry names its files by their path under the data home (the layout of the
+project's shared data folder) with the public URLs they can be fetched from: the
+original home first (UCI, the FIMI repository), then the GitHub repository and commit
+the shared copy was taken from.  Row and attribute counts are the data set *as loaded*
+(after the preprocessing its loader documents); ``load`` checks the row count, so a
+truncated or different copy is caught instead of silently changing an experiment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..dataset import Dataset
+from ..domain import Domain
+from ..errors import DPMarginalsError
+from ..randomness import RNGLike
+from . import adult as _adult
+from . import builtin as _builtin
+from . import taxi as _taxi
+from .files import RemoteFile, copy, ensure_file, find_file, first_lines_gzip, gunzip_into_zip
+from .files import gzip_file as _gz
+from .transactional import Transactions, read_msnbc, read_transactions
+
+__all__ = [
+    "REGISTRY",
+    "DataSetInfo",
+    "available",
+    "clear_cache",
+    "describe",
+    "get_info",
+    "load",
+    "load_transactions",
+]
+
+#: ``loader(paths, d)``: ``paths`` maps each file's relative path to its local path;
+#: ``d`` is only passed on to transactional loaders (top-d items).
+Loader = Callable[[Mapping[str, Path], "int | None"], Dataset]
+
+
+@dataclass(frozen=True)
+class DataSetInfo:
+    """One registered data set (metadata only; :func:`load` reads the files)."""
+
+    name: str
+    description: str
+    rows: int
+    attributes: int
+    domain: str
+    source: str
+    licence: str
+    citation: str
+    files: tuple[RemoteFile, ...]
+    loader: Loader = field(repr=False)
+    max_d: int = 0  # attributes a `d=` may keep (distinct items for transactional sets)
+    transactional: bool = False
+
+    @property
+    def default_d(self) -> int:
+        return self.attributes
+
+
+# -- helpers -----------------------------------------------------------------------------
+def _gh(repo: str, commit: str, path: str) -> str:
+    """URL of a file of a GitHub repository at a commit (full or abbreviated SHA)."""
+    if len(commit) == 40:
+        return f"https://raw.githubusercontent.com/{repo}/{commit}/{path}"
+    return f"https://github.com/{repo}/raw/{commit}/{path}"
+
+
+_HD = ("ryan112358/hd-datasets", "8e69757cec2ba8d430f7c915509163c708497f58")
+_NIST = ("ryan112358/nist-synthetic-data-2021", "56b7bc34")
+_PRIVMRF = ("caicre/PrivMRF", "12f2cae3")
+_UCI = "https://archive.ics.uci.edu/ml/machine-learning-databases"
+_FIMI = "https://fimi.uantwerpen.be/data"
+
+
+def _stat_key(path: Path) -> tuple[str, int, int]:
+    st = path.stat()
+    return str(path.resolve()), st.st_mtime_ns, st.st_size
+
+
+def _readonly(arr: np.ndarray) -> np.ndarray:
+    arr.flags.writeable = False
+    return arr
+
+
+@lru_cache(maxsize=16)
+def _cached_transactions(key: tuple[str, int, int], kind: str) -> Transactions:
+    path = Path(key[0])
+    if kind == "msnbc":
+        return read_msnbc(path)
+    return read_transactions(path, drop_incomplete_last=(kind == "prefix"))
+
+
+@lru_cache(maxsize=16)
+def _cached_table(
+    key: tuple[str, int, int], domain_key: tuple[str, int, int]
+) -> tuple[np.ndarray, Domain]:
+    """Integer codes of a coded CSV (plain/.gz/.zip) over the columns of its domain JSON."""
+    path, domain_path = Path(key[0]), Path(domain_key[0])
+    spec = Domain.load(domain_path)
+    try:
+        frame = pd.read_csv(path)
+    except (OSError, pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
+        raise DPMarginalsError(f"cannot read {str(path)!r}: {exc}") from None
+    frame.columns = [str(c) for c in frame.columns]
+    missing = [a for a in spec.attributes if a not in frame.columns]
+    if missing:
+        raise DPMarginalsError(f"{str(path)!r} lacks the domain's columns {missing[:5]}")
+    attrs = tuple(c for c in frame.columns if c in spec)  # the file's column order
+    domain = spec.project(attrs)
+    sub = frame[list(attrs)]
+    if sub.isna().any().any():
+        col = str(sub.columns[sub.isna().any()][0])
+        raise DPMarginalsError(f"{str(path)!r}: column {col!r} has a missing value")
+    codes = sub.to_numpy(np.int64)
+    domain.validate_codes(codes)
+    return _readonly(codes), domain
+
+
+@lru_cache(maxsize=4)
+def _cached_adult(data_key: tuple[str, int, int], test_key: tuple[str, int, int]) -> pd.DataFrame:
+    return _adult.read_adult_raw(data_key[0], test_key[0])
+
+
+@lru_cache(maxsize=4)
+def _cached_taxis(key: tuple[str, int, int]) -> pd.DataFrame:
+    return _taxi.read_taxis(key[0])
+
+
+@lru_cache(maxsize=1)
+def _cached_randhie() -> Dataset:
+    return _builtin.randhie()
+
+
+def clear_cache() -> None:
+    """Forget every parsed file (the next load parses again)."""
+    for fn in (_cached_transactions, _cached_table, _cached_adult, _cached_taxis,
+               _cached_randhie):
+        fn.cache_clear()
+
+
+def _fresh(ds: Dataset, name: str) -> Dataset:
+    """A new Dataset with its own copy of the codes (the cached arrays stay untouched)."""
+    return Dataset(np.array(ds.codes), ds.domain, dict(ds.labels), name)
+
+
+def _labels_from_privmrf(path: Path, domain: Domain) -> dict[str, tuple[str, ...]]:
+    """PrivMRF ``*_int_to_str.json``: a list (one per column index) of {code: value}."""
+    try:
+        spec = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise DPMarginalsError(f"cannot read the labels file {str(path)!r}: {exc}") from None
+    labels = {}
+    for attr, size in zip(domain.attributes, domain.sizes, strict=True):
+        idx = int(attr) if attr.isdigit() else None
+        if idx is None or idx >= len(spec) or not isinstance(spec[idx], Mapping):
+            continue
+        entry = spec[idx]
+        if all(str(c) in entry for c in range(size)):
+            labels[attr] = tuple(str(entry[str(c)]) for c in range(size))
+    return labels
+
+
+# -- loaders -----------------------------------------------------------------------------
+def _coded_loader(name: str, csv: str, domain_json: str, labels_json: str | None = None
+                  ) -> Loader:
+    def load_coded(paths: Mapping[str, Path], d: int | None) -> Dataset:
+        codes, domain = _cached_table(_stat_key(paths[csv]), _stat_key(paths[domain_json]))
+        labels = _labels_from_privmrf(paths[labels_json], domain) if labels_json else {}
+        return Dataset(np.array(codes), domain, labels, name)
+
+    return load_coded
+
+
+def _adult_loader(name: str, variant: str) -> Loader:
+    def load_adult(paths: Mapping[str, Path], d: int | None) -> Dataset:
+        frame = _cached_adult(_stat_key(paths["adult-raw/adult.data.gz"]),
+                              _stat_key(paths["adult-raw/adult.test.gz"]))
+        return _adult.adult_dataset(frame, variant, name=name)
+
+    return load_adult
+
+
+#: How each transactional file is parsed: MSNBC .seq, a cut prefix, or a plain FIMI .dat.
+_PARSE = {"msnbc": "msnbc", "kosarak": "prefix", "t10i4d100k": "dat"}
+
+
+def _transactional_loader(name: str, path: str) -> Loader:
+    def load_binary(paths: Mapping[str, Path], d: int | None) -> Dataset:
+        t = _cached_transactions(_stat_key(paths[path]), _PARSE[name])
+        return t.to_dataset(d if d is not None else REGISTRY[name].default_d, name=name)
+
+    return load_binary
+
+
+def _taxi_loader(paths: Mapping[str, Path], d: int | None) -> Dataset:
+    return _taxi.taxi_flags(_cached_taxis(_stat_key(paths["nyc-taxis/taxis.csv.gz"])))
+
+
+def _builtin_loader(paths: Mapping[str, Path], d: int | None) -> Dataset:
+    return _fresh(_cached_randhie(), _builtin.BUILTIN)
+
+
+# -- the table -----------------------------------------------------------------------------
+_ADULT_RAW_FILES = (
+    RemoteFile("adult-raw/adult.data.gz", ((f"{_UCI}/adult/adult.data", _gz),)),
+    RemoteFile("adult-raw/adult.test.gz", ((f"{_UCI}/adult/adult.test", _gz),)),
+)
+_ADULT_CITE = ("Kohavi & Becker, UCI Adult (Census Income), 1996, "
+               "doi:10.24432/C5XW20; CALM: Zhang et al., CCS 2018")
+
+
+def _privmrf(name: str) -> tuple[RemoteFile, ...]:
+    return (
+        RemoteFile(f"{name}/{name}.csv.gz", ((_gh(*_PRIVMRF, f"preprocess/{name}.csv"), _gz),)),
+        RemoteFile(f"{name}/{name}-domain.json",
+                   ((_gh(*_PRIVMRF, f"preprocess/{name}.json"), copy),)),
+        RemoteFile(f"{name}/{name}-labels.json",
+                   ((_gh(*_PRIVMRF, f"preprocess/{name}_int_to_str.json"), copy),)),
+    )
+
+
+def _entries() -> list[DataSetInfo]:
+    e = []
+    e.append(DataSetInfo(
+        name="adult",
+        description="UCI Adult census income, raw files, missing rows dropped, numeric "
+        "attributes bucketized (CALM §5.1)",
+        rows=45_222, attributes=15, max_d=15, domain="15 attrs, 2..41 values",
+        source=f"{_UCI}/adult/", licence="CC BY 4.0", citation=_ADULT_CITE,
+        files=_ADULT_RAW_FILES, loader=_adult_loader("adult", "full"),
+    ))
+    e.append(DataSetInfo(
+        name="adult3",
+        description="Adult with every attribute capped at 3 values (CALM §5.3)",
+        rows=45_222, attributes=15, max_d=15, domain="15 attrs, 2..3 values",
+        source=f"{_UCI}/adult/", licence="CC BY 4.0", citation=_ADULT_CITE,
+        files=_ADULT_RAW_FILES, loader=_adult_loader("adult3", "3"),
+    ))
+    e.append(DataSetInfo(
+        name="adult2",
+        description="Adult, binary partition of every attribute, income the label (CALM §5.4)",
+        rows=45_222, attributes=15, max_d=15, domain="15 binary",
+        source=f"{_UCI}/adult/", licence="CC BY 4.0", citation=_ADULT_CITE,
+        files=_ADULT_RAW_FILES, loader=_adult_loader("adult2", "2"),
+    ))
+    e.append(DataSetInfo(
+        name="adult-pgm",
+        description="Adult as discretised by private-pgm's hd-datasets (train+test, "
+        "missing values kept as a category)",
+        rows=48_842, attributes=15, max_d=15, domain="15 attrs, 2..42 values",
+        source="https://github.com/ryan112358/hd-datasets", licence="CC BY 4.0",
+        citation="McKenna et al., private-pgm / hd-datasets; " + _ADULT_CITE,
+        files=(
+            RemoteFile("adult/adult.csv.gz", ((_gh(*_HD, "clean/adult.csv"), _gz),)),
+            RemoteFile("adult/adult-domain.json", ((_gh(*_HD, "clean/adult-domain.json"), copy),)),
+        ),
+        loader=_coded_loader("adult-pgm", "adult/adult.csv.gz", "adult/adult-domain.json"),
+    ))
+    e.append(DataSetInfo(
+        name="msnbc",
+        description="UCI MSNBC.com anonymous web sessions, 1999-09-28: 'visited category j' "
+        "for the top-d of 17 page categories",
+        rows=989_818, attributes=16, max_d=17, transactional=True,
+        domain="16 binary (top 16 of 17 categories)",
+        source=f"{_UCI}/msnbc-mld/", licence="CC BY 4.0",
+        citation="Heckerman, UCI MSNBC.com Anonymous Web Data, 1999, doi:10.24432/C5390X",
+        files=(RemoteFile("msnbc/msnbc990928.zip", (
+            (f"{_UCI}/msnbc-mld/msnbc990928.seq.gz", gunzip_into_zip("msnbc990928.seq")),
+            (_gh("numenta/nupic-legacy", "7281482d",
+                 "examples/prediction/category_prediction/msnbc990928.zip"), copy),
+        )),),
+        loader=_transactional_loader("msnbc", "msnbc/msnbc990928.zip"),
+    ))
+    e.append(DataSetInfo(
+        name="kosarak",
+        description="Kosarak click-stream (Hungarian news portal), the first 36,682 "
+        "transactions: 'has item j' for the top-d items",
+        rows=36_682, attributes=32, max_d=17_034, transactional=True,
+        domain="32 binary (top 32 of 17,034 items)",
+        source=f"{_FIMI}/kosarak.dat.gz", licence="FIMI repository data",
+        citation="Bodon, FIMI repository (kosarak), 2003; CALM: Zhang et al., CCS 2018",
+        files=(RemoteFile("kosarak-prefix/kosarak-prefix.dat.gz", (
+            (f"{_FIMI}/kosarak.dat.gz", first_lines_gzip(36_682)),
+            (_gh("berkin768/Apriori-Method-Analysis", "1a5a4a2e1ca61bdcbe11db0670c4fa6d1179b334",
+                 "kosarak.dat"), first_lines_gzip(36_682)),
+        )),),
+        loader=_transactional_loader("kosarak", "kosarak-prefix/kosarak-prefix.dat.gz"),
+    ))
+    e.append(DataSetInfo(
+        name="t10i4d100k",
+        description="IBM Quest synthetic market baskets T10I4D100K: 'has item j' for the "
+        "top-d items",
+        rows=100_000, attributes=32, max_d=870, transactional=True,
+        domain="32 binary (top 32 of 870 items)",
+        source=f"{_FIMI}/T10I4D100K.dat.gz", licence="FIMI repository data",
+        citation="Agrawal & Srikant, VLDB 1994 (IBM Quest generator); FIMI repository",
+        files=(RemoteFile("t10i4d100k/T10I4D100K.dat.gz", (
+            (f"{_FIMI}/T10I4D100K.dat.gz", copy),
+            (_gh("vidhur2k/CS6220-HW4", "febd5a69bfc73b503bf89bc1a336454f3a21dfc3",
+                 "data/T10I4D100K.dat"), _gz),
+        )),),
+        loader=_transactional_loader("t10i4d100k", "t10i4d100k/T10I4D100K.dat.gz"),
+    ))
+    e.append(DataSetInfo(
+        name="nyc-taxis",
+        description="NYC taxi trips (March 2019 sample) touching Manhattan as the 8 binary "
+        "trip flags of Cormode et al. Table 1",
+        rows=5_589, attributes=8, max_d=8, domain="8 binary",
+        source="https://github.com/mwaskom/seaborn-data (taxis.csv, NYC TLC trip records)",
+        licence="NYC TLC public data",
+        citation="NYC TLC trip records via seaborn-data; Cormode, Kulkarni & Srivastava, "
+        "SIGMOD 2018",
+        files=(RemoteFile("nyc-taxis/taxis.csv.gz",
+                          ((_gh("mwaskom/seaborn-data", "71e2436a", "taxis.csv"), _gz),)),),
+        loader=_taxi_loader,
+    ))
+    for name, rows, d, dom, desc in (
+        ("acs", 47_461, 23, "23 binary",
+         "IPUMS American Community Survey extract, binarised (PrivBayes/PrivMRF)"),
+        ("br2000", 38_000, 14, "14 attrs, 2..21 values",
+         "IPUMS Brazil 2000 census extract (PrivBayes/PrivMRF)"),
+    ):
+        e.append(DataSetInfo(
+            name=name, description=desc, rows=rows, attributes=d, max_d=d, domain=dom,
+            source="https://github.com/caicre/PrivMRF (preprocess/)", licence="IPUMS terms",
+            citation="Ruggles et al., IPUMS; Cai et al., PrivMRF, VLDB 2021",
+            files=_privmrf(name),
+            loader=_coded_loader(name, f"{name}/{name}.csv.gz", f"{name}/{name}-domain.json",
+                                 f"{name}/{name}-labels.json"),
+        ))
+    e.append(DataSetInfo(
+        name="nltcs",
+        description="National Long Term Care Survey: 16 disability flags",
+        rows=21_574, attributes=16, max_d=16, domain="16 binary",
+        source="https://github.com/ryan112358/hd-datasets (clean/nltcs.csv)",
+        licence="public survey data",
+        citation="Manton, National Long Term Care Survey 1982-2004; Zhang et al., PrivBayes",
+        files=(
+            RemoteFile("nltcs/nltcs.csv.gz", ((_gh(*_HD, "clean/nltcs.csv"), _gz),)),
+            RemoteFile("nltcs/nltcs-domain.json",
+                       ((_gh(*_NIST, "extensions/datasets/nltcs-domain.json"), copy),)),
+        ),
+        loader=_coded_loader("nltcs", "nltcs/nltcs.csv.gz", "nltcs/nltcs-domain.json"),
+    ))
+    e.append(DataSetInfo(
+        name="loans",
+        description="Lending Club loans 2007-2011, discretised (NIST synthetic data 2021)",
+        rows=42_535, attributes=48, max_d=48, domain="48 attrs, 3..1001 values",
+        source="https://github.com/ryan112358/nist-synthetic-data-2021 (extensions/datasets/)",
+        licence="Apache-2.0 repository",
+        citation="McKenna et al., NIST Differential Privacy Temporal Map Challenge extensions",
+        files=(
+            RemoteFile("loans/loans.zip",
+                       ((_gh(*_NIST, "extensions/datasets/loans.zip"), copy),)),
+            RemoteFile("loans/loans-domain.json",
+                       ((_gh(*_NIST, "extensions/datasets/loans-domain.json"), copy),)),
+        ),
+        loader=_coded_loader("loans", "loans/loans.zip", "loans/loans-domain.json"),
+    ))
+    e.append(DataSetInfo(
+        name="fire",
+        description="San Francisco fire department calls, discretised: the 30 columns its "
+        "domain covers (Box and Address dropped)",
+        rows=305_119, attributes=30, max_d=30, domain="30 attrs, 2..742 values",
+        source="https://github.com/ryan112358/nist-synthetic-data-2021 (extensions/datasets/)",
+        licence="Apache-2.0 repository",
+        citation="SF Fire Department Calls for Service (DataSF); NIST DP challenge 2020",
+        files=(
+            RemoteFile("fire/fire.zip", ((_gh(*_NIST, "extensions/datasets/fire.zip"), copy),)),
+            RemoteFile("fire/fire-domain.json",
+                       ((_gh(*_NIST, "extensions/datasets/fire-domain.json"), copy),)),
+        ),
+        loader=_coded_loader("fire", "fire/fire.zip", "fire/fire-domain.json"),
+    ))
+    e.append(DataSetInfo(
+        name=_builtin.BUILTIN,
+        description="RAND Health Insurance Experiment (built in, ships with statsmodels): "
+        "8 discretised attributes",
+        rows=20_190, attributes=8, max_d=8, domain="8 attrs, 2..5 values",
+        source="statsmodels.datasets.randhie (RAND HIE via Cameron & Trivedi 2005)",
+        licence="public domain",
+        citation="RAND Health Insurance Experiment; Cameron & Trivedi, Microeconometrics, 2005",
+        files=(), loader=_builtin_loader,
+    ))
+    return e
+
+
+REGISTRY: dict[str, DataSetInfo] = {info.name: info for info in _entries()}
+_ALIASES = {"kosarak-prefix": "kosarak", "taxi": "nyc-taxis", "taxis": "nyc-taxis",
+            "nyc-taxi": "nyc-taxis", "t10": "t10i4d100k"}
+
+
+# -- the API -------------------------------------------------------------------------------
+def available() -> list[str]:
+    """Names of all registered data sets (whether or not their files are present)."""
+    return list(REGISTRY)
+
+
+def get_info(name: str) -> DataSetInfo:
+    """The registry entry of ``name``; unknown names are an error listing the known ones."""
+    key = str(name).strip().lower()
+    key = _ALIASES.get(key, key)
+    if key not in REGISTRY:
+        raise DPMarginalsError(
+            f"unknown data set {name!r}; available: {', '.join(available())}"
+        )
+    return REGISTRY[key]
+
+
+def _check_d(info: DataSetInfo, d: object) -> int | None:
+    if d is None:
+        return None
+    if isinstance(d, bool) or not isinstance(d, int | np.integer):
+        raise DPMarginalsError(f"d must be an integer, got d={d!r}")
+    if not 1 <= int(d) <= info.max_d:
+        what = "distinct items" if info.transactional else "attributes"
+        raise DPMarginalsError(
+            f"d={d} is out of range for {info.name}: it has {info.max_d} {what} "
+            f"(choose 1..{info.max_d})"
+        )
+    return int(d)
+
+
+def _local_files(info: DataSetInfo, data_home: str | os.PathLike[str] | None,
+                 download: bool | None) -> dict[str, Path]:
+    return {f.path: ensure_file(f, data_home, dataset=info.name, download=download)
+            for f in info.files}
+
+
+def load(
+    name: str,
+    *,
+    data_home: str | os.PathLike[str] | None = None,
+    d: int | None = None,
+    n: int | None = None,
+    rng: RNGLike = None,
+    download: bool | None = None,
+) -> Dataset:
+    """Load a registered data set as a :class:`~dpmarginals.dataset.Dataset`.
+
+    ``d`` keeps the first ``d`` attributes (for transactional sets: the top-``d`` most
+    frequent items; default 16 for msnbc, 32 for kosarak and t10i4d100k).  ``n`` draws
+    ``n`` users with replacement with ``rng`` (as the papers sample or replicate users to
+    reach a population size; ``n`` may exceed the rows).  Missing files are downloaded
+    into the data home unless ``download=False`` or ``$DPMARGINALS_OFFLINE`` is set.
+    Parsed files are cached in memory; each call returns a fresh Dataset.
+
+    >>> ds = load("randhie", d=3, n=1000, rng=0)
+    >>> ds.n, ds.domain.attributes
+    (1000, ('visits', 'coinsurance', 'deductible'))
+    """
+    info = get_info(name)
+    d_ok = _check_d(info, d)
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1):
+        raise DPMarginalsError(f"n must be an integer >= 1, got n={n!r}")
+    paths = _local_files(info, data_home, download)
+    data = info.loader(paths, d_ok if info.transactional else None)
+    if data.n != info.rows:
+        where = ", ".join(str(p) for p in paths.values())
+        raise DPMarginalsError(
+            f"{info.name}: loaded {data.n} rows from {where}, expected {info.rows}: "
+            "a truncated or different copy (delete it to download it again)"
+        )
+    if d_ok is not None and not info.transactional and d_ok < data.d:
+        data = data.project(data.domain.attributes[:d_ok])
+    if n is not None:
+        data = data.sample(int(n), rng=rng)
+    return data
+
+
+def load_transactions(
+    name: str,
+    *,
+    data_home: str | os.PathLike[str] | None = None,
+    download: bool | None = None,
+) -> Transactions:
+    """The raw records of a transactional data set (msnbc, kosarak, t10i4d100k) as CSR.
+
+    The returned object is shared with the in-memory cache: its arrays are read-only.
+    """
+    info = get_info(name)
+    if not info.transactional:
+        names = [k for k, v in REGISTRY.items() if v.transactional]
+        raise DPMarginalsError(f"{info.name} is not transactional; these are: {names}")
+    (path,) = _local_files(info, data_home, download).values()
+    t = _cached_transactions(_stat_key(path), _PARSE[info.name])
+    if t.n != info.rows:
+        raise DPMarginalsError(f"{info.name}: {path} holds {t.n} records, expected {info.rows}")
+    return t
+
+
+def describe(data_home: str | os.PathLike[str] | None = None) -> pd.DataFrame:
+    """One row per data set: name, rows, attributes, domain, source, available (locally).
+
+    Fast: the counts come from the registry; only file existence is checked.
+    """
+    rows = []
+    for info in REGISTRY.values():
+        present = all(find_file(f.path, data_home) is not None for f in info.files)
+        rows.append({
+            "name": info.name, "rows": info.rows, "attributes": info.attributes,
+            "domain": info.domain, "source": info.source, "available": present,
+        })
+    return pd.DataFrame(rows, columns=["name", "rows", "attributes", "domain", "source",
+                                       "available"])
