@@ -22,7 +22,14 @@ from ..errors import DPMarginalsError, check_epsilon
 from ..inference import make_consistent
 from ..oracles import adaptive_oracle, best_oracle
 from ..plan import GroupSpec, Plan, attribute_names
-from ..planning import choose_marginals, select_marginals
+from ..covering import covering_size
+from ..planning import (
+    choose_marginals,
+    expected_cells,
+    noise_error,
+    sampling_error,
+    select_marginals,
+)
 from ..randomness import RNGLike
 from ..synopsis import ViewSynopsis
 from .collect import NoisyView, collect
@@ -112,20 +119,22 @@ class CALM:
         if l > d:
             raise DPMarginalsError(f"l = {l} exceeds the number of attributes d = {d}")
         if self.m is not None:
-            m: int | None = self.m
+            m = self.m
         elif self.l is None:
             m = choice.m
         elif l >= self.k:
-            m = None  # a covering design of the k-sets, however many l-sets it takes
+            m = covering_size(d, self.k, l)  # a covering design of the k-sets
         else:
             m = min(max(int(self.theta * n), 1), math.comb(d, l))  # Algorithm 1, line 6
-        if m is not None and m > math.comb(d, l):
+        if m > math.comb(d, l):
             raise DPMarginalsError(f"m = {m} exceeds the {math.comb(d, l)} distinct {l}-way "
                                    f"marginals of d = {d} attributes")
         sets = select_marginals(d, self.k, l, m)
         attrs = attribute_names(domain, sets)
+        cells = expected_cells(domain.sizes, l)
         params = {"k": self.k, "theta": self.theta, "l": l, "m": len(attrs),
-                  "noise_error": choice.noise_error, "sampling_error": choice.sampling_error,
+                  "noise_error": self.k * noise_error(n, d, self.epsilon, l, cells=cells),
+                  "sampling_error": sampling_error(n, len(attrs)),
                   "planned_l": choice.l, "planned_m": choice.m}
         return Plan(self.name, self.epsilon, domain,
                     group_specs(domain, attrs, self.epsilon, self.oracle), params)

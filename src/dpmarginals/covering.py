@@ -1,0 +1,709 @@
+"""Covering designs: sets of l-subsets of ``range(d)`` that contain every k-subset.
+
+CALM (Zhang et al., CCS'18, §4.3, Algorithm 1) calls an external procedure
+``CoverDesign(d, k, l)``: the number of l-way marginals needed so that every k-way
+marginal lies inside at least one of them.  In design-theory notation this is a
+*(v, K, t) covering* with v = d points, block size K = l and strength t = k; the
+least possible number of blocks is the covering number C(v, K, t).  CALM's own example
+is C(8, 4, 3) = 14: fourteen 4-way marginals cover all 56 3-way marginals of 8 attributes.
+
+This module builds actual coverings (not just their sizes), deterministically:
+
+* **Exact cases.** ``l == d``: one block.  ``l == k``: all k-subsets.  ``k == 1``:
+  ``ceil(d / l)`` blocks.  ``l == d - 1``: the complements of k + 1 points.
+  ``l == d - 2``: the complements of the pairs inside the parts of a balanced
+  partition of the points into d - k - 1 parts (optimal by Turán's theorem).
+* **Steiner quadruple systems** for k = 3, l = 4: the 4-subsets ``{a, b, c, d}`` of
+  GF(2)^m with ``a ^ b ^ c ^ d == 0`` form an SQS(2^m), a covering that meets the
+  Schönheim bound (C(8,4,3) = 14, C(16,4,3) = 140, C(32,4,3) = 1240).  For other d we
+  restrict the SQS of the next power of two to d points and repair the triples it no
+  longer covers (greedily), then prune.
+* **Greedy** (everything else).  When all ``C(d, l)`` candidate blocks fit in memory,
+  the exact greedy: repeatedly take a block covering the most uncovered k-sets
+  (bucketed gains, updated incrementally; ties broken at random).  Otherwise a
+  scalable randomized greedy: seed a block with an uncovered k-set and extend it one
+  point at a time by the point that covers the most new k-sets; several seeds per
+  step, keep the best.  Both are followed by a pruning pass that drops blocks whose
+  k-sets are all covered twice, and the best of a few seeded restarts is kept.
+
+The result of a ``(d, k, l)`` is cached and does not depend on the caller's ``rng``
+except through a relabelling of the attributes (see :func:`cover_design`), so plans
+built on it are reproducible.
+
+Quality, measured (size of our covering / Schönheim lower bound; * = known optimal):
+
+====  ===  ===  ==========  =========  =====
+d     k    l    ours        Schönheim  ratio
+====  ===  ===  ==========  =========  =====
+TABLE_PLACEHOLDER
+====  ===  ===  ==========  =========  =====
+
+The Schönheim bound is often not attained (true covering numbers lie between it and
+our sizes), so the ratio overstates how far from optimal a construction is.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+from itertools import combinations
+
+import numpy as np
+
+from .errors import DPMarginalsError
+from .randomness import RNGLike
+
+__all__ = [
+    "balanced_subsets",
+    "cover_design",
+    "covering_number_bound",
+    "covering_size",
+    "is_covering",
+]
+
+#: Fixed seed of the canonical (cached) constructions: plans must be reproducible.
+_SEED = 0x0CA1_2018
+#: Largest number of k-subsets we will track (one byte each).
+_MAX_KSETS = 40_000_000
+#: The exact greedy keeps one gain per l-subset and touches each (l-set, k-subset) pair once.
+_EXACT_MAX_LSETS = 3_000_000
+_EXACT_MAX_WORK = 40_000_000
+#: Work (in k-set look-ups) we are willing to spend on restarts of one construction.
+_RESTART_WORK = 4_000_000
+_MAX_RESTARTS = 6
+
+
+# ----------------------------------------------------------------------------------------
+# validation and small combinatorial helpers
+# ----------------------------------------------------------------------------------------
+
+
+def _as_int(value: object, field: str, minimum: int) -> int:
+    if isinstance(value, bool):
+        raise DPMarginalsError(f"{field} must be an integer, got {value!r}")
+    try:
+        out = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise DPMarginalsError(f"{field} must be an integer, got {value!r}") from None
+    if out < minimum:
+        raise DPMarginalsError(f"{field} must be an integer >= {minimum}, got {value!r}")
+    return out
+
+
+def _check_dkl(d: object, k: object, l: object) -> tuple[int, int, int]:  # noqa: E741
+    d = _as_int(d, "d", 1)
+    k = _as_int(k, "k", 1)
+    l = _as_int(l, "l", 1)  # noqa: E741
+    if k > d:
+        raise DPMarginalsError(f"k must be <= d = {d}, got k = {k}")
+    if l > d:
+        raise DPMarginalsError(f"l must be <= d = {d}, got l = {l}")
+    if l < k:
+        raise DPMarginalsError(
+            f"l must be >= k = {k} for a covering design, got l = {l} "
+            "(use balanced_subsets for l < k)"
+        )
+    return d, k, l
+
+
+@lru_cache(maxsize=64)
+def _combos(n: int, r: int) -> np.ndarray:
+    """All r-subsets of range(n) in lexicographic order, shape (C(n, r), r)."""
+    out = np.array(list(combinations(range(n), r)), dtype=np.int64)
+    return out.reshape(math.comb(n, r), r)
+
+
+@lru_cache(maxsize=64)
+def _binom_table(n: int, r: int) -> np.ndarray:
+    """``T[x, i] = C(x, i)`` for 0 <= x <= n, 0 <= i <= r (int64)."""
+    return np.array([[math.comb(x, i) for i in range(r + 1)] for x in range(n + 1)],
+                    dtype=np.int64)
+
+
+def _ranks(sets: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """Colex ranks of sorted r-subsets (last axis): sum_i C(c_i, i), i = 1..r."""
+    r = sets.shape[-1]
+    return table[sets, np.arange(1, r + 1)].sum(axis=-1)
+
+
+def _unrank(rank: int, r: int, d: int) -> list[int]:
+    """The r-subset of range(d) with the given colex rank, ascending."""
+    out = [0] * r
+    x = d - 1
+    for i in range(r, 0, -1):
+        while math.comb(x, i) > rank:
+            x -= 1
+        out[i - 1] = x
+        rank -= math.comb(x, i)
+        x -= 1
+    return out
+
+
+def _block_ranks(blocks: np.ndarray, k: int, d: int) -> np.ndarray:
+    """Colex ranks of the k-subsets of each (sorted) block: shape (len(blocks), C(l, k))."""
+    l = blocks.shape[1]  # noqa: E741
+    return _ranks(blocks[:, _combos(l, k)], _binom_table(d, k))
+
+
+def covering_number_bound(d: int, k: int, l: int) -> int:  # noqa: E741
+    """The Schönheim lower bound on the covering number C(d, l, k).
+
+    ``L(d, l, k) = ceil(d / l * L(d - 1, l - 1, k - 1))`` with ``L(., ., 0) = 1``:
+    no family of fewer l-subsets of ``range(d)`` can contain every k-subset.
+
+    >>> covering_number_bound(8, 3, 4), covering_number_bound(32, 3, 4)
+    (14, 1240)
+    """
+    d, k, l = _check_dkl(d, k, l)  # noqa: E741
+    bound = 1
+    for i in range(k - 1, -1, -1):
+        # ceil((d - i) / (l - i) * bound) in exact integer arithmetic
+        bound = -((-(d - i) * bound) // (l - i))
+    return bound
+
+
+def is_covering(blocks: Iterable[Iterable[int]], d: int, k: int) -> bool:
+    """Whether every k-subset of ``range(d)`` lies inside at least one block.
+
+    Blocks may have any sizes; a block with an element outside ``range(d)`` makes the
+    answer False.
+
+    >>> is_covering([(0, 1, 2), (0, 1, 3), (0, 2, 3), (1, 2, 3)], 4, 3)
+    True
+    >>> is_covering([(0, 1, 2, 3)], 5, 2)
+    False
+    """
+    d = _as_int(d, "d", 0)
+    k = _as_int(k, "k", 0)
+    n_k = math.comb(d, k)
+    if n_k > _MAX_KSETS:
+        raise DPMarginalsError(f"too many {k}-subsets of {d} points to check ({n_k})")
+    covered = np.zeros(n_k, dtype=bool)
+    by_size: dict[int, list[list[int]]] = {}
+    for block in blocks:
+        members = sorted({operator.index(a) for a in block})
+        if members and (members[0] < 0 or members[-1] >= d):
+            return False
+        by_size.setdefault(len(members), []).append(members)
+    if k == 0:
+        return bool(by_size)
+    for size, group in by_size.items():
+        if size < k:
+            continue
+        covered[_block_ranks(np.array(group, dtype=np.int64), k, d).ravel()] = True
+    return bool(covered.all())
+
+
+# ----------------------------------------------------------------------------------------
+# exact and algebraic constructions
+# ----------------------------------------------------------------------------------------
+
+
+def _partition(d: int, parts: int) -> list[list[int]]:
+    """range(d) cut into ``parts`` consecutive runs whose sizes differ by at most one."""
+    base, extra = divmod(d, parts)
+    out, start = [], 0
+    for i in range(parts):
+        size = base + (i < extra)
+        out.append(list(range(start, start + size)))
+        start += size
+    return out
+
+
+def _k_one(d: int, l: int) -> list[tuple[int, ...]]:  # noqa: E741
+    """C(d, l, 1) = ceil(d / l): consecutive runs, the last one shifted to fit."""
+    blocks = []
+    for start in range(0, d, l):
+        start = min(start, d - l)
+        blocks.append(tuple(range(start, start + l)))
+    return blocks
+
+
+def _complement_singletons(d: int, k: int) -> list[tuple[int, ...]]:
+    """C(d, d-1, k) = k + 1: a k-set avoids one of any k + 1 points."""
+    return [tuple(a for a in range(d) if a != p) for p in range(k + 1)]
+
+
+def _complement_pairs(d: int, k: int) -> list[tuple[int, ...]]:
+    """C(d, d-2, k): complements of the pairs within each of d - k - 1 balanced parts.
+
+    The d - k points outside a k-set fall into d - k - 1 parts, so two share a part and
+    the complement of that pair contains the k-set.  By Turán's theorem no smaller
+    graph has independence number below d - k, so this is optimal.
+    """
+    blocks = []
+    for part in _partition(d, d - k - 1):
+        for pair in combinations(part, 2):
+            blocks.append(tuple(a for a in range(d) if a not in pair))
+    return blocks
+
+
+def _sqs(d: int) -> list[tuple[int, ...]]:
+    """A (d, 4, 3) covering from the Steiner quadruple system of GF(2)^m, 2^m >= d.
+
+    The blocks ``{a, b, c, a^b^c}`` contain every triple of GF(2)^m exactly once.  Blocks
+    inside ``range(d)`` are kept; each triple whose block leaves ``range(d)`` is covered
+    by a new block that adds the point covering the most other such triples.
+    """
+    blocks: list[tuple[int, ...]] = []
+    orphans: set[tuple[int, int, int]] = set()
+    for a, b, c in combinations(range(d), 3):
+        z = a ^ b ^ c
+        if z >= d:
+            orphans.add((a, b, c))
+        elif z > c:
+            blocks.append(tuple(sorted((a, b, c, z))))
+    while orphans:
+        t = min(orphans)
+        best_y, best_hit = -1, -1
+        for y in range(d):
+            if y in t:
+                continue
+            quad = sorted((*t, y))
+            hit = sum(tri in orphans for tri in combinations(quad, 3))
+            if hit > best_hit:
+                best_y, best_hit = y, hit
+        quad = tuple(sorted((*t, best_y)))
+        orphans.difference_update(combinations(quad, 3))
+        blocks.append(quad)
+    return blocks
+
+
+# ----------------------------------------------------------------------------------------
+# greedy constructions
+# ----------------------------------------------------------------------------------------
+
+
+def _exact_feasible(d: int, k: int, l: int) -> bool:  # noqa: E741
+    n_l = math.comb(d, l)
+    return n_l <= _EXACT_MAX_LSETS and n_l * math.comb(l, k) <= _EXACT_MAX_WORK
+
+
+def _greedy_exact(
+    d: int, k: int, l: int, rng: np.random.Generator, max_blocks: int | None = None  # noqa: E741
+) -> list[tuple[int, ...]]:
+    """Greedy over all l-subsets: always add a block covering the most uncovered k-sets.
+
+    Gains live in one array indexed by the colex rank of the l-set; they only decrease,
+    so we scan the bucket of the current maximum once and move down a level when it is
+    exhausted.  Stops after ``max_blocks`` blocks (then the result is a partial covering).
+    """
+    n_k = math.comb(d, k)
+    top = math.comb(l, k)
+    tab_k, tab_l = _binom_table(d, k), _binom_table(d, l)
+    pat_lk, pat_ext = _combos(l, k), _combos(d - k, l - k)
+    n_ext = pat_ext.shape[0]
+    gains = np.full(math.comb(d, l), top, dtype=np.int32)
+    covered = np.zeros(n_k, dtype=bool)
+    left = n_k
+    blocks: list[tuple[int, ...]] = []
+    level = top
+    while left > 0 and level > 0:
+        bucket = np.flatnonzero(gains == level)
+        rng.shuffle(bucket)
+        for idx in bucket:
+            if gains[idx] != level:
+                continue
+            block = np.array(_unrank(int(idx), l, d), dtype=np.int64)
+            subsets = block[pat_lk]
+            ranks = _ranks(subsets, tab_k)
+            fresh = ~covered[ranks]
+            covered[ranks[fresh]] = True
+            left -= int(fresh.sum())
+            blocks.append(tuple(int(a) for a in block))
+            if left == 0 or (max_blocks is not None and len(blocks) >= max_blocks):
+                return blocks
+            # every l-set containing a newly covered k-set loses one unit of gain
+            new_sets = subsets[fresh]
+            count = new_sets.shape[0]
+            outside = np.ones((count, d), dtype=bool)
+            outside[np.arange(count)[:, None], new_sets] = False
+            comp = np.nonzero(outside)[1].reshape(count, d - k)
+            supersets = np.concatenate(
+                [np.broadcast_to(new_sets[:, None, :], (count, n_ext, k)), comp[:, pat_ext]],
+                axis=2,
+            )
+            supersets.sort(axis=2)
+            hit, times = np.unique(_ranks(supersets, tab_l), return_counts=True)
+            gains[hit] -= times.astype(np.int32)
+        level -= 1
+    return blocks
+
+
+def _greedy_extend(
+    d: int,
+    k: int,
+    l: int,  # noqa: E741
+    rng: np.random.Generator,
+    seeds: int,
+    max_blocks: int | None = None,
+) -> list[tuple[int, ...]]:
+    """Scalable randomized greedy: grow blocks around uncovered k-sets.
+
+    Each step takes the first uncovered k-set (colex order) and ``seeds - 1`` random
+    uncovered ones; each is extended to an l-set by repeatedly adding the point that
+    covers the most uncovered k-sets; the best extension becomes the next block.
+    """
+    n_k = math.comb(d, k)
+    tab_k = _binom_table(d, k)
+    pats = {s: _combos(s, k - 1) for s in range(k, l)}
+    covered = np.zeros(n_k, dtype=bool)
+    left, ptr = n_k, 0
+    everything = np.arange(d)
+    blocks: list[tuple[int, ...]] = []
+    chunk = 4096
+    while left > 0:
+        while True:
+            free = np.flatnonzero(~covered[ptr:ptr + chunk])
+            if free.size:
+                ptr += int(free[0])
+                break
+            ptr += chunk
+        starts = [ptr]
+        if seeds > 1:
+            probe = rng.integers(0, n_k, size=4 * seeds)
+            starts += [int(r) for r in probe[~covered[probe]][: seeds - 1]]
+        best_gain, best_block = -1, None
+        for start in starts:
+            block = _unrank(start, k, d)
+            gain = 1
+            for size in range(k, l):
+                arr = np.array(block, dtype=np.int64)
+                mask = np.ones(d, dtype=bool)
+                mask[arr] = False
+                cand = everything[mask]
+                sub = arr[pats[size]]  # (C(size, k-1), k-1)
+                grown = np.concatenate(
+                    [np.broadcast_to(sub[None], (cand.size, *sub.shape)),
+                     np.broadcast_to(cand[:, None, None], (cand.size, sub.shape[0], 1))],
+                    axis=2,
+                )
+                grown.sort(axis=2)
+                new = (~covered[_ranks(grown, tab_k)]).sum(axis=1)
+                pick = int(np.argmax(new + 0.5 * rng.random(cand.size)))
+                gain += int(new[pick])
+                block = sorted((*block, int(cand[pick])))
+            if gain > best_gain:
+                best_gain, best_block = gain, block
+        assert best_block is not None
+        arr = np.array([best_block], dtype=np.int64)
+        ranks = _block_ranks(arr, k, d)[0]
+        left -= int((~covered[ranks]).sum())
+        covered[ranks] = True
+        blocks.append(tuple(best_block))
+        if max_blocks is not None and len(blocks) >= max_blocks:
+            break
+    return blocks
+
+
+def _prune(blocks: list[tuple[int, ...]], d: int, k: int, reverse: bool) -> list[tuple[int, ...]]:
+    """Drop blocks all of whose k-subsets are covered by other blocks (one pass)."""
+    if len(blocks) <= 1:
+        return list(blocks)
+    sizes = {len(b) for b in blocks}
+    if len(sizes) != 1:  # only uniform designs reach here
+        raise AssertionError("non-uniform design")
+    ranks = _block_ranks(np.array(blocks, dtype=np.int64), k, d)
+    count = np.bincount(ranks.ravel(), minlength=math.comb(d, k))
+    keep = np.ones(len(blocks), dtype=bool)
+    order = range(len(blocks) - 1, -1, -1) if reverse else range(len(blocks))
+    for i in order:
+        r = ranks[i]
+        if count[r].min() >= 2:
+            keep[i] = False
+            count[r] -= 1
+    return [b for b, kept in zip(blocks, keep, strict=True) if kept]
+
+
+def _best_pruned(blocks: list[tuple[int, ...]], d: int, k: int) -> list[tuple[int, ...]]:
+    a = _prune(blocks, d, k, reverse=False)
+    b = _prune(blocks, d, k, reverse=True)
+    return a if len(a) <= len(b) else b
+
+
+def _extend_seeds(d: int, k: int, l: int) -> int:  # noqa: E741
+    estimate = math.comb(d, k) / math.comb(l, k)  # about how many blocks
+    per_seed = (l - k) * d * math.comb(l - 1, k - 1)
+    return int(min(8, max(1, 3e7 / (estimate * per_seed + 1))))
+
+
+def _greedy_runs(d: int, k: int, l: int) -> list[tuple[int, ...]]:  # noqa: E741
+    """Best pruned greedy covering over a few restarts (fixed seeds)."""
+    exact = _exact_feasible(d, k, l)
+    if exact:
+        work = math.comb(d, l) * math.comb(l, k)
+    else:
+        seeds = _extend_seeds(d, k, l)
+        work = math.comb(d, k) * seeds * (l - k) * d
+    runs = int(min(_MAX_RESTARTS, max(1, _RESTART_WORK // max(work, 1))))
+    best: list[tuple[int, ...]] | None = None
+    for run in range(runs):
+        rng = np.random.default_rng([_SEED, d, k, l, run])
+        raw = _greedy_exact(d, k, l, rng) if exact else _greedy_extend(d, k, l, rng, seeds)
+        pruned = _best_pruned(raw, d, k)
+        if best is None or len(pruned) < len(best):
+            best = pruned
+    assert best is not None
+    return best
+
+
+@lru_cache(maxsize=256)
+def _canonical(d: int, k: int, l: int) -> tuple[tuple[int, ...], ...]:  # noqa: E741
+    """The cached, deterministic covering for already validated (d, k, l)."""
+    if l == d:
+        return (tuple(range(d)),)
+    if l == k:
+        if math.comb(d, k) > _MAX_KSETS // 8:
+            raise DPMarginalsError(f"C({d}, {k}) = {math.comb(d, k)} blocks is too many")
+        return tuple(combinations(range(d), k))
+    if k == 1:
+        return tuple(_k_one(d, l))
+    if l == d - 1:
+        return tuple(_complement_singletons(d, k))
+    if l == d - 2:
+        return tuple(_complement_pairs(d, k))
+    if math.comb(d, k) > _MAX_KSETS:
+        raise DPMarginalsError(
+            f"covering all {k}-subsets of {d} attributes ({math.comb(d, k)}) is too large"
+        )
+    candidates: list[list[tuple[int, ...]]] = []
+    if k == 3 and l == 4:
+        candidates.append(_best_pruned(_sqs(d), d, k))
+    if not candidates or len(candidates[0]) > covering_number_bound(d, k, l):
+        candidates.append(_greedy_runs(d, k, l))
+    best = min(candidates, key=len)
+    return tuple(sorted(tuple(sorted(b)) for b in best))
+
+
+def _relabel(
+    blocks: Sequence[tuple[int, ...]], d: int, rng: RNGLike
+) -> list[tuple[int, ...]]:
+    perm = np.random.default_rng(rng).permutation(d)  # type: ignore[arg-type]
+    return sorted(tuple(sorted(int(perm[a]) for a in b)) for b in blocks)
+
+
+def cover_design(
+    d: int,
+    k: int,
+    l: int,  # noqa: E741
+    *,
+    rng: RNGLike = None,
+    max_blocks: int | None = None,
+) -> list[tuple[int, ...]] | None:
+    """A covering design: l-subsets of ``range(d)`` containing every k-subset.
+
+    Deterministic: ``rng=None`` returns the canonical (cached) design; any other
+    ``rng`` (a seed or ``numpy.random.Generator``) returns the canonical design with the
+    attributes relabelled by a random permutation drawn from it -- a different but
+    equally large covering.  ``max_blocks``: return ``None`` instead when the design has
+    more than ``max_blocks`` blocks (when even the Schönheim lower bound exceeds the
+    budget the construction is skipped entirely).
+
+    >>> blocks = cover_design(8, 3, 4)
+    >>> len(blocks), is_covering(blocks, 8, 3)
+    (14, True)
+    >>> cover_design(8, 3, 4, max_blocks=13) is None
+    True
+    """
+    d, k, l = _check_dkl(d, k, l)  # noqa: E741
+    if max_blocks is not None:
+        max_blocks = _as_int(max_blocks, "max_blocks", 0)
+        if covering_number_bound(d, k, l) > max_blocks:
+            return None
+    blocks = _canonical(d, k, l)
+    if max_blocks is not None and len(blocks) > max_blocks:
+        return None
+    if rng is None:
+        return list(blocks)
+    return _relabel(blocks, d, rng)
+
+
+@lru_cache(maxsize=1024)
+def _size(d: int, k: int, l: int) -> int:  # noqa: E741
+    if l == k:
+        return math.comb(d, k)
+    return len(_canonical(d, k, l))
+
+
+def covering_size(d: int, k: int, l: int, max_blocks: int | None = None) -> int | None:  # noqa: E741
+    """``len(cover_design(d, k, l))``, or ``None`` if that exceeds ``max_blocks``. Cached.
+
+    This is the ``CoverDesign(d, k, l)`` of CALM's Algorithm 1 -- the size of the
+    covering we actually deploy, an upper bound on the covering number.
+
+    >>> covering_size(8, 3, 3), covering_size(8, 3, 4), covering_size(32, 3, 4, 262)
+    (56, 14, None)
+    """
+    d, k, l = _check_dkl(d, k, l)  # noqa: E741
+    if max_blocks is not None:
+        max_blocks = _as_int(max_blocks, "max_blocks", 0)
+        if covering_number_bound(d, k, l) > max_blocks:
+            return None
+    size = _size(d, k, l)
+    if max_blocks is not None and size > max_blocks:
+        return None
+    return size
+
+
+# ----------------------------------------------------------------------------------------
+# balanced families of l-subsets (l < k in Algorithm 1)
+# ----------------------------------------------------------------------------------------
+
+def balanced_subsets(
+    d: int, l: int, m: int, *, rng: RNGLike = None  # noqa: E741
+) -> list[tuple[int, ...]]:
+    """m distinct l-subsets of ``range(d)`` in which every attribute appears about equally.
+
+    Attribute counts differ by at most one (always possible, and guaranteed: a final
+    repair pass swaps an over-used attribute for an under-used one in some block, which
+    a counting argument shows is always available without creating a duplicate).
+    Within that constraint each block is grown greedily from the least-used attributes,
+    preferring the attribute whose pairs with the block's other members have been used
+    least, so pairs are spread too.  Deterministic: ``rng=None`` uses a fixed seed.
+
+    >>> blocks = balanced_subsets(6, 2, 5)
+    >>> len(set(blocks)), sorted({sum(a in b for b in blocks) for a in range(6)})
+    (5, [1, 2])
+    """
+    d = _as_int(d, "d", 1)
+    l = _as_int(l, "l", 1)  # noqa: E741
+    if l > d:
+        raise DPMarginalsError(f"l must be <= d = {d}, got l = {l}")
+    total = math.comb(d, l)
+    m = _as_int(m, "m", 0)
+    if m > total:
+        raise DPMarginalsError(
+            f"m must be <= C(d, l) = {total} distinct {l}-subsets of {d} attributes, got {m}"
+        )
+    gen = np.random.default_rng(_SEED if rng is None else rng)  # type: ignore[arg-type]
+    if m == total:
+        return list(combinations(range(d), l))
+    counts = np.zeros(d, dtype=np.int64)
+    pairs = np.zeros((d, d), dtype=np.int64)
+    chosen: set[tuple[int, ...]] = set()
+    blocks: list[tuple[int, ...]] = []
+    for _ in range(m):
+        block = _grow_block(counts, pairs, l, gen)
+        if block in chosen:
+            block = _unused_block(d, l, chosen, counts, gen)
+        chosen.add(block)
+        blocks.append(block)
+        idx = np.array(block)
+        counts[idx] += 1
+        pairs[np.ix_(idx, idx)] += 1
+    _rebalance(blocks, chosen, counts, d)
+    if l >= 2 and m >= 2:
+        _spread_pairs(blocks, chosen, gen, steps=min(40 * m, 6000))
+    return blocks
+
+
+def _grow_block(
+    counts: np.ndarray, pairs: np.ndarray, l: int, gen: np.random.Generator  # noqa: E741
+) -> tuple[int, ...]:
+    """Least-used attributes first; among those, the fewest pairs with the block so far."""
+    d = counts.size
+    noise = gen.random(d)
+    free = np.ones(d, dtype=bool)
+    pair_load = np.zeros(d, dtype=np.int64)
+    members: list[int] = []
+    for _ in range(l):
+        # lexicographic (count, pair load, noise); noise < 1 and loads are integers
+        key = np.where(free, counts * (pairs.max() * l + 1) + pair_load + noise, np.inf)
+        a = int(np.argmin(key))
+        members.append(a)
+        free[a] = False
+        pair_load += pairs[a]
+    return tuple(sorted(members))
+
+
+def _unused_block(
+    d: int,
+    l: int,  # noqa: E741
+    chosen: set[tuple[int, ...]],
+    counts: np.ndarray,
+    gen: np.random.Generator,
+) -> tuple[int, ...]:
+    """An l-set not chosen yet, preferring lightly used attributes."""
+    order = np.lexsort((gen.random(d), counts))  # least used first, random ties
+    # try sets drawn mostly from the least-used attributes, widening the pool
+    for pool in range(l, d + 1):
+        for _ in range(8):
+            pick = gen.choice(order[:pool], size=l, replace=False)
+            block = tuple(sorted(int(a) for a in pick))
+            if block not in chosen:
+                return block
+    for combo in combinations(range(d), l):  # exhaustive fallback (m < C(d, l))
+        if combo not in chosen:
+            return combo
+    raise AssertionError("no unused block")  # pragma: no cover
+
+
+def _rebalance(
+    blocks: list[tuple[int, ...]], chosen: set[tuple[int, ...]], counts: np.ndarray, d: int
+) -> None:
+    """Swap over-used for under-used attributes until counts differ by at most one.
+
+    With a = most used, b = least used and count(a) >= count(b) + 2, more blocks contain
+    a but not b than contain b but not a; replacing a by b is injective on the former and
+    can only collide with the latter, so some swap yields a new distinct block.  Each
+    swap lowers the sum of squared counts, so the loop ends.
+    """
+    while counts.max() - counts.min() > 1:
+        a, b = int(np.argmax(counts)), int(np.argmin(counts))
+        for i, block in enumerate(blocks):
+            if a in block and b not in block:
+                new = tuple(sorted((*(x for x in block if x != a), b)))
+                if new not in chosen:
+                    chosen.discard(block)
+                    chosen.add(new)
+                    blocks[i] = new
+                    counts[a] -= 1
+                    counts[b] += 1
+                    break
+        else:  # pragma: no cover - excluded by the counting argument
+            raise AssertionError("rebalance failed")
+
+
+def _spread_pairs(
+    blocks: list[tuple[int, ...]],
+    chosen: set[tuple[int, ...]],
+    gen: np.random.Generator,
+    steps: int,
+) -> None:
+    """Local search on the sum of squared pair counts (attribute counts unchanged).
+
+    A move exchanges attribute a of block i with attribute b of block j (a not in j,
+    b not in i); it is kept when it strictly lowers the sum and creates no duplicate.
+    """
+    pair: dict[tuple[int, int], int] = {}
+    for block in blocks:
+        for p in combinations(block, 2):
+            pair[p] = pair.get(p, 0) + 1
+    picks = gen.integers(0, len(blocks), size=(steps, 2))
+    coins = gen.random((steps, 2))
+    for (i, j), (u, v) in zip(picks.tolist(), coins.tolist(), strict=True):
+        bi, bj = blocks[i], blocks[j]
+        only_i = [x for x in bi if x not in bj]
+        only_j = [x for x in bj if x not in bi]
+        if i == j or not only_i:
+            continue
+        a = only_i[int(u * len(only_i))]
+        b = only_j[int(v * len(only_j))]
+        new_i = tuple(sorted((*(x for x in bi if x != a), b)))
+        new_j = tuple(sorted((*(x for x in bj if x != b), a)))
+        if new_i in chosen or new_j in chosen:
+            continue
+        delta: dict[tuple[int, int], int] = {}
+        for block, sign in ((bi, -1), (bj, -1), (new_i, 1), (new_j, 1)):
+            for p in combinations(block, 2):
+                delta[p] = delta.get(p, 0) + sign
+        change = sum((pair.get(p, 0) + dv) ** 2 - pair.get(p, 0) ** 2
+                     for p, dv in delta.items() if dv)
+        if change < 0:
+            for p, dv in delta.items():
+                pair[p] = pair.get(p, 0) + dv
+            chosen.difference_update((bi, bj))
+            chosen.update((new_i, new_j))
+            blocks[i], blocks[j] = new_i, new_j

@@ -1,0 +1,381 @@
+"""Direct local-DP baselines: the full contingency table (FC) and all k-way marginals (AM).
+
+Both are instances of the collection spine (:mod:`dpmarginals.local.collect`):
+
+* **FC** (CALM §3.3): one group, every user reports her full record (a cell of the full
+  contingency table) through one frequency oracle; any marginal is a projection of the
+  noisy full table.  Expected SSE of a k-way marginal: ``|D| Var0`` (CALM eq. 4; ``2^d
+  Var0`` for binary data), ``Var0`` the oracle's per-cell variance with all n users.
+  Cormode et al.'s InpRR (oracle SUE, their "PRR"), InpPS (GRR, their "PS") and InpOLH
+  are FC with a fixed oracle (:mod:`dpmarginals.local.cormode`).
+* **AM** (CALM §3.4): users split into C(d, k) groups, one per k-way marginal, each
+  reporting its marginal's cell.  Expected SSE: ``2^k C(d, k) Var0`` (CALM eq. 5).
+  Cormode et al.'s MargRR (SUE) and MargPS (GRR) are AM with a fixed oracle.
+
+Both release raw, unbiased estimates (cells may be negative, totals need not be 1), as the
+papers compare them; ``postprocess="norm_sub"`` makes every answered table a distribution.
+
+Methods that cannot run at a size refuse up front: FC when the full table does not fit in
+``max_memory`` (d = 32 binary attributes is 2^32 cells), AM with fewer users than marginals.
+
+Every method's public plan carries ``report_bits`` (per-user communication, Cormode et al.
+Table 2), ``table2_bits`` (Table 2's formula where it has one), and where the papers give one
+its analytic error: ``var0``, ``variance_factor`` (CALM's multiple of ``Var0``) and
+``expected_sse`` (their product: the expected SSE of one k-way marginal).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import combinations
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..dataset import Dataset
+from ..domain import Domain
+from ..errors import DPMarginalsError, check_epsilon
+from ..inference import norm_sub, project
+from ..oracles import adaptive_oracle, best_oracle, make_oracle
+from ..plan import GroupSpec, Plan
+from ..randomness import RNGLike
+from ..synopsis import Synopsis
+from ..table import MarginalTable
+from .collect import collect
+
+__all__ = [
+    "AM",
+    "FC",
+    "FullTableSynopsis",
+    "MarginalsSynopsis",
+    "bits_for",
+    "check_k",
+    "human_bytes",
+]
+
+POSTPROCESS = ("none", "norm_sub")
+DEFAULT_MAX_MEMORY = 2**31  # bytes
+
+
+# -- small shared helpers (used by every baseline module) -------------------------------
+def bits_for(count: int) -> int:
+    """ceil(log2 count): bits to name one of ``count`` things (0 for count <= 1)."""
+    return max(int(count) - 1, 0).bit_length()
+
+
+def human_bytes(nbytes: float) -> str:
+    """A byte count for an error message: '137.4 GB'."""
+    value = float(nbytes)
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if value < 1000:
+            return f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{value:.1f} PB"
+
+
+def check_k(k: object, d: int | None = None) -> int:
+    """k: an integer >= 1 (and <= d when d is given)."""
+    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
+        raise DPMarginalsError(f"k must be an integer >= 1, got {k!r}")
+    if d is not None and k > d:
+        raise DPMarginalsError(f"k = {k} exceeds the number of attributes d = {d}")
+    return int(k)
+
+
+def check_positive_int(value: object, field_name: str, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+        raise DPMarginalsError(f"{field_name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def check_choice(value: object, field_name: str, choices: Sequence[str]) -> str:
+    if value not in choices:
+        raise DPMarginalsError(f"{field_name} must be one of {list(choices)}, got {value!r}")
+    return str(value)
+
+
+def apply_postprocess(table: np.ndarray, how: str) -> np.ndarray:
+    """'none' keeps the unbiased estimate; 'norm_sub' projects it to a distribution."""
+    if how == "norm_sub":
+        return norm_sub(table, 1.0)
+    return table
+
+
+def mean_query_cells(domain: Domain, k: int, limit: int = 200_000) -> float:
+    """Mean number of cells of a k-way marginal over all k-sets of attributes.
+
+    The elementary symmetric polynomial e_k(sizes) / C(d, k), computed by the usual
+    recurrence (no enumeration).
+    """
+    e = [1.0] + [0.0] * k
+    for s in domain.sizes:
+        for j in range(k, 0, -1):
+            e[j] += e[j - 1] * s
+    return e[k] / math.comb(len(domain), k)
+
+
+def choose_oracle(oracle: str, epsilon: float, cells: int) -> str:
+    """The oracle name for a group: "adaptive" (CALM §2.2.3), "best", or a fixed name."""
+    if oracle == "adaptive":
+        return adaptive_oracle(epsilon, cells).name
+    if oracle == "best":
+        return best_oracle(epsilon, cells).name
+    return make_oracle(oracle, epsilon, cells).name
+
+
+# -- synopses ------------------------------------------------------------------------------
+@dataclass(eq=False)
+class FullTableSynopsis(Synopsis):
+    """A noisy full contingency table; any marginal is its projection (FC, InpRR, InpPS...).
+
+    ``postprocess``: "none" (the unbiased projection) or "norm_sub" (Norm-Sub of each answer).
+    """
+
+    kind: ClassVar[str] = "full_table"
+    domain: Domain
+    table: np.ndarray
+    method: str = "fc"
+    info: dict[str, Any] = field(default_factory=dict)
+    postprocess: str = "none"
+
+    def __post_init__(self) -> None:
+        self.table = np.asarray(self.table, dtype=np.float64).reshape(self.domain.shape)
+        check_choice(self.postprocess, "postprocess", POSTPROCESS)
+
+    def marginal(self, attrs: Sequence[str]) -> MarginalTable:
+        attrs = _check_attrs(self.domain, attrs)
+        values = project(tuple(range(len(self.domain))), self.table, self.domain.indices(attrs))
+        return MarginalTable(self.domain.project(attrs),
+                             apply_postprocess(values, self.postprocess))
+
+    def _payload(self) -> dict[str, Any]:
+        return {"info": self.info, "postprocess": self.postprocess,
+                "values": self.table.ravel().tolist()}
+
+    @classmethod
+    def _from_payload(cls, domain: Domain, method: str, payload: Mapping[str, Any]) -> Synopsis:
+        return cls(domain, np.asarray(payload["values"], float), method,
+                   dict(payload.get("info", {})), str(payload.get("postprocess", "none")))
+
+
+@dataclass(eq=False)
+class MarginalsSynopsis(Synopsis):
+    """Independently estimated noisy marginals (AM, MargRR, MargPS, MargHT).
+
+    A query inside one or more collected marginals is answered by the inverse-variance
+    weighted average of their projections (weights ``1 / (C_i Var_i)``, ``C_i`` the number
+    of cells summed per answer cell): unbiased when the marginals are.  These methods
+    collect no information about larger attribute sets, so a query no collected marginal
+    contains is an error (CALM §3.4: "no way to answer any t-way marginal queries for t > k").
+    """
+
+    kind: ClassVar[str] = "marginals"
+    domain: Domain
+    views: list[tuple[tuple[str, ...], np.ndarray]]
+    variances: list[float] | None = None
+    method: str = "am"
+    info: dict[str, Any] = field(default_factory=dict)
+    postprocess: str = "none"
+
+    def __post_init__(self) -> None:
+        check_choice(self.postprocess, "postprocess", POSTPROCESS)
+        if self.variances is None:
+            self.variances = [1.0] * len(self.views)
+        if len(self.variances) != len(self.views):
+            raise DPMarginalsError("variances must have one entry per view")
+
+    def marginal(self, attrs: Sequence[str]) -> MarginalTable:
+        attrs = _check_attrs(self.domain, attrs)
+        wanted = set(attrs)
+        q = self.domain.indices(attrs)
+        total, weight = None, 0.0
+        assert self.variances is not None
+        for (view_attrs, table), var in zip(self.views, self.variances, strict=True):
+            if not wanted <= set(view_attrs):
+                continue
+            idx = self.domain.indices(view_attrs)
+            c = math.prod(self.domain.size(a) for a in view_attrs if a not in wanted)
+            w = 1.0 / (c * max(var, 1e-300))
+            part = project(idx, table, q) * w
+            total = part if total is None else total + part
+            weight += w
+        if total is None:
+            sizes = sorted({len(a) for a, _ in self.views})
+            raise DPMarginalsError(
+                f"{self.method} collected only {'/'.join(map(str, sizes))}-way marginals and none "
+                f"contains {list(attrs)}; it cannot answer this query (use calm, ft or em)")
+        return MarginalTable(self.domain.project(attrs),
+                             apply_postprocess(total / weight, self.postprocess))
+
+    def _payload(self) -> dict[str, Any]:
+        return {"info": self.info, "postprocess": self.postprocess,
+                "variances": list(self.variances or []),
+                "views": [{"attributes": list(a), "values": t.ravel().tolist()}
+                          for a, t in self.views]}
+
+    @classmethod
+    def _from_payload(cls, domain: Domain, method: str, payload: Mapping[str, Any]) -> Synopsis:
+        views = []
+        for v in payload["views"]:
+            attrs = tuple(v["attributes"])
+            views.append((attrs, np.asarray(v["values"], float).reshape(
+                domain.project(attrs).shape)))
+        return cls(domain, views, [float(x) for x in payload["variances"]], method,
+                   dict(payload.get("info", {})), str(payload.get("postprocess", "none")))
+
+
+def _check_attrs(domain: Domain, attrs: Sequence[str]) -> tuple[str, ...]:
+    attrs = tuple(attrs)
+    if not attrs:
+        raise DPMarginalsError("a marginal needs at least one attribute")
+    domain.project(attrs)
+    return attrs
+
+
+# -- FC ------------------------------------------------------------------------------------
+@dataclass
+class FC:
+    """Full contingency table through one frequency oracle (CALM §3.3).
+
+    ``oracle``: "adaptive" (CALM §2.2.3, as CALM §5.1 runs FC), "best", or a fixed oracle
+    name.  ``max_memory``: refuse up front (with the memory needed) when the full table, or
+    the per-user reports with ``per_user=True``, would need more bytes than this.
+
+    >>> dom = Domain(tuple(f"a{i}" for i in range(8)), (2,) * 8)
+    >>> plan = FC(epsilon=0.5).plan(dom, 2**16)
+    >>> plan.params["variance_factor"], plan.groups[0].oracle
+    (256, 'oue')
+    """
+
+    epsilon: float
+    k: int = 3
+    oracle: str = "adaptive"
+    per_user: bool = False
+    postprocess: str = "none"
+    max_memory: int = DEFAULT_MAX_MEMORY
+    name: ClassVar[str] = "fc"
+    oracles: ClassVar[tuple[str, ...]] = ("adaptive", "best", "grr", "oue", "olh", "hr", "sue")
+
+    def __post_init__(self) -> None:
+        self.epsilon = check_epsilon(self.epsilon)
+        self.k = check_k(self.k)
+        check_choice(self.oracle, "oracle", self.oracles)
+        check_choice(self.postprocess, "postprocess", POSTPROCESS)
+        self.max_memory = check_positive_int(self.max_memory, "max_memory")
+
+    def memory_needed(self, domain: Domain, n: int) -> int:
+        """Bytes the collection needs: ~4 float64 copies of the full table, plus the
+        packed reports (and their unpacking) for unary oracles on the per-user path."""
+        cells = domain.cells()
+        need = 4 * 8 * cells
+        if self.per_user:
+            oracle = choose_oracle(self.oracle, self.epsilon, max(cells, 2))
+            if oracle in ("oue", "sue"):
+                need += 3 * n * ((cells + 7) // 8)
+            elif oracle == "olh":
+                need += 8 * 4 * min(n, 2**14)
+        return need
+
+    def _check_size(self, domain: Domain, n: int) -> None:
+        need = self.memory_needed(domain, n)
+        if need > self.max_memory:
+            cells = domain.cells()
+            what = "the per-user reports and " if self.per_user else ""
+            raise DPMarginalsError(
+                f"{self.name} needs {what}the full contingency table of {cells:,} cells "
+                f"(d = {len(domain)}): about {human_bytes(need)} of memory, over the limit "
+                f"max_memory = {human_bytes(self.max_memory)}; use fewer attributes, a method "
+                f"that scales (calm, ft), or raise max_memory")
+        if domain.cells() < 2:
+            raise DPMarginalsError("the domain has a single cell: there is nothing to estimate")
+
+    def plan(self, domain: Domain, n: int) -> Plan:
+        """One group: every user reports her cell of the full table."""
+        check_k(self.k, len(domain))
+        self._check_size(domain, n)
+        cells = domain.cells()
+        name = choose_oracle(self.oracle, self.epsilon, cells)
+        oracle = make_oracle(name, self.epsilon, cells)
+        var0 = float(oracle.variance(max(int(n), 1)))
+        params = {"k": self.k, "n": int(n), "oracle": name, "cells": cells,
+                  "report_bits": oracle.report_bits, "table2_bits": self._table2_bits(domain),
+                  "var0": var0, "variance_factor": cells, "expected_sse": cells * var0}
+        group = GroupSpec(tuple(domain.attributes), name, self.epsilon, cells)
+        return Plan(self.name, self.epsilon, domain, (group,), params)
+
+    def _table2_bits(self, domain: Domain) -> int | None:
+        return None
+
+    def run(self, data: Dataset, *, rng: RNGLike = None) -> FullTableSynopsis:
+        plan = self.plan(data.domain, data.n)
+        (view,) = collect(data, plan, rng=rng, per_user=self.per_user)
+        info = {"plan_hash": plan.hash, **plan.params}
+        return FullTableSynopsis(data.domain, view.table, self.name, info, self.postprocess)
+
+
+# -- AM --------------------------------------------------------------------------------------
+@dataclass
+class AM:
+    """All k-way marginals, users partitioned into C(d, k) groups (CALM §3.4).
+
+    >>> dom = Domain(tuple(f"a{i}" for i in range(8)), (2,) * 8)
+    >>> plan = AM(epsilon=0.5, k=3).plan(dom, 2**16)
+    >>> plan.m, plan.params["variance_factor"]
+    (56, 448)
+    """
+
+    epsilon: float
+    k: int = 3
+    oracle: str = "adaptive"
+    per_user: bool = False
+    postprocess: str = "none"
+    name: ClassVar[str] = "am"
+    oracles: ClassVar[tuple[str, ...]] = ("adaptive", "best", "grr", "oue", "olh", "hr", "sue")
+
+    def __post_init__(self) -> None:
+        self.epsilon = check_epsilon(self.epsilon)
+        self.k = check_k(self.k)
+        check_choice(self.oracle, "oracle", self.oracles)
+        check_choice(self.postprocess, "postprocess", POSTPROCESS)
+
+    def plan(self, domain: Domain, n: int) -> Plan:
+        d = len(domain)
+        k = check_k(self.k, d)
+        m = math.comb(d, k)
+        if n < m:
+            raise DPMarginalsError(
+                f"{self.name} needs at least C({d}, {k}) = {m:,} users (one group per {k}-way "
+                f"marginal); the data has {n:,}")
+        groups = []
+        for idx in combinations(range(d), k):
+            attrs = tuple(domain.attributes[i] for i in idx)
+            cells = domain.project(attrs).cells()
+            if cells < 2:
+                raise DPMarginalsError(f"the marginal over {list(attrs)} has a single cell")
+            groups.append(GroupSpec(attrs, choose_oracle(self.oracle, self.epsilon, cells),
+                                    self.epsilon, cells))
+        n_g = max(n // m, 1)
+        oracles = [make_oracle(g.oracle, self.epsilon, g.cells) for g in groups]
+        # expected SSE of a k-way marginal: its cells times the per-cell variance with n/m users
+        sse = float(np.mean([g.cells * o.variance(n_g) for g, o in zip(groups, oracles,
+                                                                      strict=True)]))
+        var0 = float(oracles[0].variance(max(int(n), 1)))
+        factor = mean_query_cells(domain, k) * m
+        params = {"k": k, "n": int(n), "m": m, "oracle": sorted({g.oracle for g in groups}),
+                  "report_bits": bits_for(m) + max(o.report_bits for o in oracles),
+                  "table2_bits": self._table2_bits(d, k), "var0": var0,
+                  "variance_factor": int(round(factor)) if float(factor).is_integer() else factor,
+                  "expected_sse": sse}
+        return Plan(self.name, self.epsilon, domain, tuple(groups), params)
+
+    def _table2_bits(self, d: int, k: int) -> int | None:
+        return None
+
+    def run(self, data: Dataset, *, rng: RNGLike = None) -> MarginalsSynopsis:
+        plan = self.plan(data.domain, data.n)
+        views = collect(data, plan, rng=rng, per_user=self.per_user)
+        info = {"plan_hash": plan.hash, **plan.params}
+        return MarginalsSynopsis(data.domain, [(v.attributes, v.table) for v in views],
+                                 [v.variance for v in views], self.name, info, self.postprocess)

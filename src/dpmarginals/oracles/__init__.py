@@ -1,0 +1,107 @@
+"""LDP frequency oracles over a domain of L values (0..L-1) with budget epsilon.
+
+=========  ==========================================  ======================  ==================
+name       mechanism                                   report (per user)       bits
+=========  ==========================================  ======================  ==================
+``grr``    generalized RR (CALM §2.2.1, CKS "PS")      int64 value, (n,)       ceil(log2 L)
+``oue``    optimized unary encoding (CALM §2.2.2)      uint8 packed bits,      L
+                                                       (n, ceil(L/8))
+``sue``    symmetric unary enc. (CKS "PRR", RAPPOR)    as OUE                  L
+``olh``    optimized local hashing (Wang et al. '17)   int64 (seed, y), (n,2)  62 + ceil(log2 g)
+``hr``     Hadamard RR (CKS §4 "HT")                   int64 (j, bit), (n,2)   1 + log2 K
+=========  ==========================================  ======================  ==================
+
+Every oracle is a frozen dataclass ``(epsilon, size)`` with ``p``, ``q``, ``name``,
+``report_bits``, ``perturb`` (client; ``rng=None`` draws from the OS CSPRNG),
+``support`` / ``estimate`` (aggregator), ``variance``, ``output_distribution`` (exact,
+for privacy checks) and ``sample_support`` (exact aggregate sampler for simulation).
+
+>>> oracle = adaptive_oracle(1.0, 4)
+>>> oracle.name
+'grr'
+>>> support = oracle.support(oracle.perturb([0, 1, 1, 3], rng=0))
+>>> oracle.estimate(support, 4).shape
+(4,)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from ..errors import DPMarginalsError, check_epsilon
+from ._base import FrequencyOracle, check_size
+from .grr import GRR
+from .hr import HR, fwht
+from .olh import OLH
+from .unary import OUE, SUE, bernoulli_words
+
+__all__ = [
+    "GRR",
+    "HR",
+    "OLH",
+    "ORACLES",
+    "OUE",
+    "SUE",
+    "FrequencyOracle",
+    "adaptive_oracle",
+    "bernoulli_words",
+    "best_oracle",
+    "fwht",
+    "make_oracle",
+]
+
+ORACLES: dict[str, type[FrequencyOracle]] = {
+    "grr": GRR,
+    "oue": OUE,
+    "olh": OLH,
+    "hr": HR,
+    "sue": SUE,
+}
+
+
+def make_oracle(name: str, epsilon: float, size: int) -> FrequencyOracle:
+    """The oracle called ``name`` ("grr", "oue", "olh", "hr", "sue"; case-insensitive).
+
+    >>> make_oracle("OUE", 1.0, 8)
+    OUE(epsilon=1.0, size=8)
+    """
+    key = str(name).strip().lower()
+    if key not in ORACLES:
+        raise DPMarginalsError(f"oracle must be one of {sorted(ORACLES)}, got {name!r}")
+    return ORACLES[key](epsilon, size)
+
+
+def adaptive_oracle(epsilon: float, size: int) -> FrequencyOracle:
+    """CALM §2.2.3: GRR when L - 2 < 3 e^eps (eq. 1 beats eq. 2), otherwise OUE.
+
+    >>> adaptive_oracle(1.0, 10).name, adaptive_oracle(1.0, 11).name
+    ('grr', 'oue')
+    """
+    eps, size = check_epsilon(epsilon), check_size(size)
+    return GRR(eps, size) if size - 2 < 3 * math.exp(eps) else OUE(eps, size)
+
+
+def best_oracle(
+    epsilon: float,
+    size: int,
+    candidates: Iterable[str] = ("grr", "oue", "olh", "hr"),
+    max_report_bits: int | None = None,
+) -> FrequencyOracle:
+    """The candidate with the least ``variance(n)`` (f -> 0) whose report fits the bit limit.
+
+    Ties go to the earlier candidate.
+
+    >>> best_oracle(1.0, 64).name, best_oracle(1.0, 64, max_report_bits=16).name
+    ('oue', 'hr')
+    """
+    oracles = [make_oracle(name, epsilon, size) for name in candidates]
+    if not oracles:
+        raise DPMarginalsError("candidates must name at least one oracle")
+    if max_report_bits is not None:
+        oracles = [o for o in oracles if o.report_bits <= max_report_bits]
+        if not oracles:
+            raise DPMarginalsError(
+                f"no candidate oracle reports in max_report_bits={max_report_bits} bits"
+            )
+    return min(oracles, key=lambda o: o.variance(1))

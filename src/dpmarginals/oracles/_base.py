@@ -1,0 +1,197 @@
+"""Shared machinery of the frequency oracles: validation, the pure-protocol estimator.
+
+Every oracle here is a *pure* protocol in the sense of Wang et al. (USENIX Security
+2017, Def. 2): a report y "supports" a set of values, the user's own value is
+supported with probability ``p`` and any other value with probability ``q``, and the
+users' reports are independent.  Hence one unbiased estimator and one exact variance
+serve all of them (CALM §2.2, eqs. 1-2; Wang et al. eq. (2) and Thm. 2).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from ..errors import DPMarginalsError, check_epsilon
+from ..randomness import RandomSource, RNGLike
+
+__all__ = ["FrequencyOracle"]
+
+
+def check_size(size: object) -> int:
+    """Validate a domain size L: an integer >= 2."""
+    if isinstance(size, bool) or not isinstance(size, int | np.integer):
+        raise DPMarginalsError(f"size must be an integer >= 2, got {size!r}")
+    if size < 2:
+        raise DPMarginalsError(f"size must be an integer >= 2, got {size!r}")
+    return int(size)
+
+
+def check_users(n: object, field: str = "n") -> int:
+    """Validate a number of users: an integer >= 1."""
+    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
+        raise DPMarginalsError(f"{field} must be an integer >= 1, got {n!r}")
+    return int(n)
+
+
+def _as_int_array(values: ArrayLike, field: str) -> np.ndarray:
+    arr = np.asarray(values)
+    if arr.dtype.kind in "iu":
+        return arr.astype(np.int64, copy=False)
+    if arr.dtype.kind == "f" and arr.size and np.isfinite(arr).all():
+        as_int = arr.astype(np.int64)
+        bad = np.flatnonzero(as_int != arr)
+        if bad.size == 0:
+            return as_int
+        raise DPMarginalsError(f"{field} must be integers, got {arr.flat[bad[0]]!r}")
+    if arr.size == 0:
+        return arr.astype(np.int64)
+    raise DPMarginalsError(f"{field} must be integers, got dtype {arr.dtype}")
+
+
+def check_range(arr: np.ndarray, high: int, field: str) -> None:
+    """Raise naming the first entry of ``arr`` outside 0..high-1 (cheap when all are fine)."""
+    if arr.size and (arr.min() < 0 or arr.max() >= high):
+        i = int(np.flatnonzero((arr < 0) | (arr >= high))[0])
+        raise DPMarginalsError(
+            f"{field}: value {int(arr.flat[i])} at index {i} is outside 0..{high - 1}"
+        )
+
+
+def as_values(values: ArrayLike, size: int) -> np.ndarray:
+    """Users' values as a 1-D int64 array, each in 0..size-1."""
+    arr = _as_int_array(np.atleast_1d(np.asarray(values)), "values")
+    if arr.ndim != 1:
+        raise DPMarginalsError(f"values must be a 1-D array, got shape {arr.shape}")
+    check_range(arr, size, "values")
+    return arr
+
+
+def as_value(value: object, size: int) -> int:
+    """One input value in 0..size-1."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise DPMarginalsError(f"value must be an integer, got {value!r}")
+    if not 0 <= value < size:
+        raise DPMarginalsError(f"value {value} is outside 0..{size - 1}")
+    return int(value)
+
+
+def as_counts(true_counts: ArrayLike, size: int) -> np.ndarray:
+    """True per-value counts: length ``size``, non-negative integers."""
+    arr = _as_int_array(true_counts, "true_counts")
+    if arr.shape != (size,):
+        raise DPMarginalsError(f"true_counts must have shape ({size},), got {arr.shape}")
+    if (arr < 0).any():
+        i = int(np.flatnonzero(arr < 0)[0])
+        raise DPMarginalsError(f"true_counts[{i}] = {int(arr[i])} is negative")
+    return arr
+
+
+def as_report_columns(reports: ArrayLike, columns: int, name: str) -> np.ndarray:
+    """An (n, columns) int64 report array (malformed input raises)."""
+    arr = np.asarray(reports)
+    if arr.ndim != 2 or arr.shape[1] != columns or (arr.size and arr.dtype.kind not in "iu"):
+        raise DPMarginalsError(
+            f"{name} reports must be an integer array of shape (n, {columns}), "
+            f"got {arr.dtype} {arr.shape}"
+        )
+    return arr.astype(np.int64, copy=False)
+
+
+def parity(x: np.ndarray) -> np.ndarray:
+    """popcount(x) mod 2 for non-negative int64 (portable; no np.bitwise_count)."""
+    x = x.copy()
+    for shift in (32, 16, 8, 4, 2, 1):
+        x ^= x >> shift
+    return x & 1
+
+
+def grr_move(src: RandomSource, hashed: np.ndarray, p: float, g: int) -> np.ndarray:
+    """GRR on [g]: keep each entry w.p. ``p``, else a uniform *other* value (CALM §2.2.1)."""
+    out = hashed.copy()
+    move = np.flatnonzero(src.random(hashed.size) >= p)
+    if move.size:
+        other = np.asarray(src.integers(0, g - 1, size=move.size), dtype=np.int64)
+        other += other >= hashed[move]
+        out[move] = other
+    return out
+
+
+@dataclass(frozen=True)
+class FrequencyOracle(ABC):
+    """A pure LDP frequency oracle over values 0..size-1 (Wang et al. 2017, Def. 2).
+
+    ``support(reports)[v]`` counts the reports that support value v; each user's own
+    value is supported w.p. ``p``, every other value w.p. ``q``.
+    """
+
+    epsilon: float
+    size: int
+    name: ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
+        object.__setattr__(self, "size", check_size(self.size))
+
+    @property
+    @abstractmethod
+    def p(self) -> float:
+        """P[a report supports the user's own value]."""
+
+    @property
+    @abstractmethod
+    def q(self) -> float:
+        """P[a report supports a given other value]."""
+
+    @property
+    @abstractmethod
+    def report_bits(self) -> int:
+        """Per-user communication in bits."""
+
+    @abstractmethod
+    def perturb(self, values: ArrayLike, *, rng: RNGLike = None) -> np.ndarray:
+        """Randomize every user's value (client side)."""
+
+    @abstractmethod
+    def support(self, reports: ArrayLike) -> np.ndarray:
+        """Support counts per value (length ``size``, int64)."""
+
+    @abstractmethod
+    def output_distribution(self, value: int) -> np.ndarray:
+        """Exact probability of every output for input ``value``."""
+
+    @abstractmethod
+    def sample_support(self, true_counts: ArrayLike, *, rng: RNGLike = None) -> np.ndarray:
+        """Draw the aggregate support vector given true per-value counts (simulation)."""
+
+    def estimate(self, support: ArrayLike, n: int) -> np.ndarray:
+        """Unbiased frequencies: (C(v)/n - q) / (p - q) (CALM §2.2.1-2.2.2, Wang et al. eq. 2).
+
+        ``support`` has shape (L,) or (..., L) (e.g. many trials at once).
+        """
+        n = check_users(n)
+        c = np.asarray(support, dtype=np.float64)
+        if c.ndim < 1 or c.shape[-1] != self.size:
+            raise DPMarginalsError(f"support must have shape (..., {self.size}), got {c.shape}")
+        return (c / n - self.q) / (self.p - self.q)
+
+    def variance(self, n: int, frequency: ArrayLike | None = None) -> float | np.ndarray:
+        """Per-cell variance of ``estimate`` with n users.
+
+        Exact for a cell of true frequency f:
+        ``(f p(1-p) + (1-f) q(1-q)) / (n (p-q)^2)`` (Wang et al. 2017, Thm. 2 before the
+        f -> 0 step).  ``frequency=None`` gives the f -> 0 form, CALM eqs. 1-2.
+        """
+        n = check_users(n)
+        p, q = self.p, self.q
+        if frequency is None:
+            return q * (1 - q) / (n * (p - q) ** 2)
+        f = np.asarray(frequency, dtype=np.float64)
+        if not ((f >= 0) & (f <= 1)).all():
+            raise DPMarginalsError(f"frequency must lie in [0, 1], got {frequency!r}")
+        var = (f * p * (1 - p) + (1 - f) * q * (1 - q)) / (n * (p - q) ** 2)
+        return float(var) if var.ndim == 0 else var

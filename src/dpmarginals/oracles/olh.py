@@ -1,0 +1,208 @@
+"""Optimized local hashing (OLH): Wang et al., USENIX Security 2017, §4.4.
+
+Each user draws a hash function H from a universal family, hashes her value into
+[g], g = round(e^eps) + 1, and reports (H, GRR_g(H(v))).
+
+**Hash family** (Carter-Wegman over the Mersenne prime P = 2^31 - 1):
+``H_{a,b}(v) = ((a v + b) mod P) mod g`` with a uniform in [1, P), b uniform in
+[0, P).  For v != v' < P the pair ((a v + b) mod P, (a v' + b) mod P) is uniform over
+distinct pairs, so the collision probability c = P[H(v) = H(v')] is the same for
+every pair and known exactly (~ 1/g, off by < g/P).  The estimator uses that exact c,
+so it is exactly unbiased for this family.  Clients need only int64 numpy arithmetic
+(a v + b < 2^62); the aggregator recomputes H for all (report, value) pairs
+vectorized.
+
+**Report format**: int64 array of shape (n, 2): column 0 the seed ``a * 2^32 + b``,
+column 1 the reported hash value y in 0..g-1.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from ..errors import DPMarginalsError
+from ..randomness import RNGLike, client_rng, simulation_rng
+from ._base import (
+    FrequencyOracle,
+    as_counts,
+    as_report_columns,
+    as_value,
+    as_values,
+    check_range,
+    grr_move,
+)
+
+__all__ = ["OLH"]
+
+PRIME = (1 << 31) - 1
+_SEED_SHIFT = 32
+_LOW_MASK = (1 << _SEED_SHIFT) - 1
+_USERS_PER_BLOCK = 1 << 15
+_FLOAT_MOD_LIMIT = 1 << 22
+_DEFAULT_SEEDS = 256
+
+
+def _collision_probability(g: int) -> float:
+    """P[H(v) = H(v')] for v != v': two distinct uniform residues mod P agree mod g."""
+    m, r = divmod(PRIME, g)
+    same = r * (m + 1) * m + (g - r) * m * (m - 1)
+    return same / (PRIME * (PRIME - 1))
+
+
+def _split(seeds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return seeds >> _SEED_SHIFT, seeds & _LOW_MASK
+
+
+@dataclass(frozen=True)
+class OLH(FrequencyOracle):
+    """Optimized local hashing (Wang et al. 2017, §4.4); hash family in the module docstring.
+
+    p = e^eps / (e^eps + g - 1) (GRR on [g]); q = q_g + c (p - q_g), q_g = 1/(e^eps+g-1),
+    c the family's collision probability (q = 1/g for c = 1/g).  Variance at f -> 0:
+    q(1-q) / ((p-q)^2 n), which is 4 e^eps / ((e^eps - 1)^2 n) (CALM's OUE eq. 2) when
+    g = e^eps + 1 and slightly more for the integer g.
+
+    >>> oracle = OLH(epsilon=1.0, size=20)
+    >>> oracle.g
+    4
+    >>> reports = oracle.perturb([3, 19, 0], rng=2)
+    >>> reports.shape, bool((reports[:, 1] < oracle.g).all())
+    ((3, 2), True)
+    """
+
+    name: ClassVar[str] = "olh"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.size >= PRIME:
+            raise DPMarginalsError(f"size must be < {PRIME} for OLH, got {self.size}")
+
+    @property
+    def g(self) -> int:
+        """Hash range round(e^eps) + 1 (Wang et al. 2017, §4.4)."""
+        return round(math.exp(self.epsilon)) + 1
+
+    @property
+    def p(self) -> float:
+        """e^eps / (e^eps + g - 1): the report keeps H(v)."""
+        e = math.exp(self.epsilon)
+        return e / (e + self.g - 1)
+
+    @property
+    def q(self) -> float:
+        """P[report supports another value] = q_g + c (p - q_g), c ~ 1/g (exact for the family)."""
+        q_g = 1.0 / (math.exp(self.epsilon) + self.g - 1)
+        return q_g + _collision_probability(self.g) * (self.p - q_g)
+
+    @property
+    def report_bits(self) -> int:
+        """Seed (log2 of (P-1) P, 62 bits) plus ceil(log2 g) for y."""
+        return (PRIME * (PRIME - 1) - 1).bit_length() + (self.g - 1).bit_length()
+
+    def hash_values(self, seeds: ArrayLike, values: ArrayLike) -> np.ndarray:
+        """H_seed(value) in [0, g), broadcasting seeds against values (int64)."""
+        a, b = _split(np.asarray(seeds, dtype=np.int64))
+        v = np.asarray(values, dtype=np.int64)
+        return (a * v + b) % PRIME % self.g
+
+    def perturb(self, values: ArrayLike, *, rng: RNGLike = None) -> np.ndarray:
+        """(seed, y) per user, int64 (n, 2) (OS entropy when rng is None)."""
+        x = as_values(values, self.size)
+        src = client_rng(rng)
+        a = np.asarray(src.integers(1, PRIME, size=x.size), dtype=np.int64)
+        b = np.asarray(src.integers(0, PRIME, size=x.size), dtype=np.int64)
+        y = grr_move(src, (a * x + b) % PRIME % self.g, self.p, self.g)
+        return np.column_stack(((a << _SEED_SHIFT) | b, y))
+
+    def _decode(self, reports: ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        arr = as_report_columns(reports, 2, self.name)
+        a, b = _split(arr[:, 0])
+        check_range(a - 1, PRIME - 1, "olh seed multiplier a - 1")
+        check_range(b, PRIME, "olh seed offset b")
+        check_range(arr[:, 1], self.g, "olh hashed value")
+        return a, b, arr[:, 1]
+
+    def support(self, reports: ArrayLike) -> np.ndarray:
+        """C(v) = #{reports with H_seed(v) = y}.
+
+        Blocks of users; within a block the loop runs over values v (not users),
+        updating (a v + b) mod P incrementally: O(n L) integer work.
+        """
+        a, b, y = self._decode(reports)
+        counts = np.zeros(self.size, dtype=np.int64)
+        for start in range(0, y.size, _USERS_PER_BLOCK):
+            block = slice(start, start + _USERS_PER_BLOCK)
+            counts += self._block_support(a[block], b[block], y[block])
+        return counts
+
+    def _block_support(self, a: np.ndarray, b: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """Support counts of one block of reports, looping over the L values."""
+        out = np.empty(self.size, dtype=np.int64)
+        g = self.g
+        step = a - PRIME  # h + a - P < 0  <=>  no wrap-around
+        h = b.copy()  # (a * 0 + b) mod P
+        wrap = np.empty_like(h)
+        if g >= _FLOAT_MOD_LIMIT:
+            for v in range(self.size):
+                out[v] = np.count_nonzero(h % g == y)
+                h += step
+                np.right_shift(h, 63, out=wrap)
+                h += wrap & PRIME
+            return out
+        # h mod g in float64: h < 2^31 and g < 2^22 make floor(h / g) exact.
+        target = y.astype(np.float64)
+        quot = np.empty(h.shape)
+        for v in range(self.size):
+            np.divide(h, g, out=quot)
+            np.floor(quot, out=quot)
+            quot *= -g
+            quot += h
+            out[v] = np.count_nonzero(quot == target)
+            h += step
+            np.right_shift(h, 63, out=wrap)
+            wrap &= PRIME
+            h += wrap
+        return out
+
+    def output_distribution(self, value: int, seeds: ArrayLike | None = None) -> np.ndarray:
+        """P[(seed, y) | value] with the seed uniform over ``seeds``, flattened: index s*g + y.
+
+        The full family has ~2^62 seeds, so the enumeration runs over an explicit
+        sub-family (default: 256 fixed seeds; pass your own).  Given the seed, the
+        report is GRR on [g] of H_seed(value), and the seed's law does not depend on the
+        value, so the ratio of any output's probabilities under two inputs is the
+        same as for the full family: the LDP check over these outputs is exact.
+        """
+        x = as_value(value, self.size)
+        s = self.default_seeds() if seeds is None else np.asarray(seeds, dtype=np.int64)
+        hashed = self.hash_values(s, x)
+        q_g = (1.0 - self.p) / (self.g - 1)
+        probs = np.full((s.size, self.g), q_g)
+        probs[np.arange(s.size), hashed] = self.p
+        return (probs / s.size).ravel()
+
+    @staticmethod
+    def default_seeds() -> np.ndarray:
+        """The fixed sub-family of ``output_distribution``: 256 seeds from a seeded Generator."""
+        gen = np.random.default_rng(2017)
+        a = gen.integers(1, PRIME, size=_DEFAULT_SEEDS)
+        b = gen.integers(0, PRIME, size=_DEFAULT_SEEDS)
+        return (a << _SEED_SHIFT) | b
+
+    def sample_support(self, true_counts: ArrayLike, *, rng: RNGLike = None) -> np.ndarray:
+        """Draw C(v) = Binomial(n_v, p) + Binomial(n - n_v, q), independently over v.
+
+        Each cell's marginal law is exact for this hash family (users are independent;
+        another user's report supports v w.p. exactly q).  The joint law is exact under
+        the ideal random-hash model, where H(v) for v != x is independent of everything
+        else, which makes the cells independent.  With the real (pairwise-independent)
+        family, correlations between cells can differ slightly from that model.
+        """
+        counts = as_counts(true_counts, self.size)
+        gen = simulation_rng(rng)
+        return gen.binomial(counts, self.p) + gen.binomial(counts.sum() - counts, self.q)
