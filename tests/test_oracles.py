@@ -174,6 +174,54 @@ def test_per_user_path_matches_sampler(name):
         assert stats.ks_2samp(a, b).pvalue >= 1e-4
 
 
+def _report_of_output(oracle, index):
+    """The report whose output_distribution index is ``index`` (GRR, OUE/SUE, HR)."""
+    index = np.asarray(index, dtype=np.int64)
+    if oracle.name == "grr":
+        return index
+    if oracle.name in ("oue", "sue"):
+        return index.astype(np.uint8)[:, None]  # L <= 8: one byte
+    return np.column_stack((index // 2, index % 2))
+
+
+@pytest.mark.parametrize("name", ["grr", "oue", "sue", "hr"])
+def test_sampler_exact_jointly_small_population(name):
+    # The exact law of the whole support vector for 3 users (values 0, 1, 1; L = 5),
+    # built from output_distribution one user at a time, against 10k sample_support
+    # draws: chi-squared goodness of fit (rarest outcomes merged until the bin expects
+    # >= 5), p >= 1e-4.  This checks the joint law, not just each cell (OLH is exact per
+    # cell only, so it is not here).  L = 5 < K - 1 matters for HR: with L = K - 1 its
+    # support vector happens to have independent cells.
+    oracle = make_oracle(name, 1.0, 5)
+    values = [0, 1, 1]
+    outputs = np.arange(oracle.output_distribution(0).size)
+    single = [tuple(oracle.support(_report_of_output(oracle, [o])).tolist()) for o in outputs]
+    exact: dict[tuple[int, ...], float] = {(0,) * 5: 1.0}
+    for value in values:
+        dist = oracle.output_distribution(value)
+        step: dict[tuple[int, ...], float] = {}
+        for state, prob in exact.items():
+            for o in outputs:
+                key = tuple(a + b for a, b in zip(state, single[o], strict=True))
+                step[key] = step.get(key, 0.0) + prob * dist[o]
+        exact = step
+    assert math.isclose(sum(exact.values()), 1.0, abs_tol=1e-12)
+    rng = np.random.default_rng(31)
+    draws = 10_000
+    seen: dict[tuple[int, ...], int] = {}
+    for _ in range(draws):
+        key = tuple(oracle.sample_support([1, 2, 0, 0, 0], rng=rng).tolist())
+        seen[key] = seen.get(key, 0) + 1
+    assert set(seen) <= set(exact)
+    keys = sorted(exact, key=exact.__getitem__)
+    expected = np.array([exact[k] * draws for k in keys])
+    observed = np.array([seen.get(k, 0) for k in keys])
+    cut = int(np.searchsorted(np.cumsum(expected), 5.0)) + 1
+    expected = np.concatenate(([expected[:cut].sum()], expected[cut:]))
+    observed = np.concatenate(([observed[:cut].sum()], observed[cut:]))
+    assert stats.chisquare(observed, expected).pvalue >= 1e-4
+
+
 def test_hr_sampler_large_domain_fallback():
     # L K > 2^22 switches to the O(n) per-user draw; it must still return valid supports.
     oracle = HR(1.0, 2048)
@@ -324,10 +372,12 @@ def test_rejects_malformed_reports():
         OUE(1.0, 10).support(np.array([[0, 0], [0, 4]], dtype=np.uint8))
     with pytest.raises(DPMarginalsError, match="0/1"):
         SUE(1.0, 3).support(np.array([[0, 2, 1]]))
-    with pytest.raises(DPMarginalsError, match="olh seed"):
+    with pytest.raises(DPMarginalsError, match="olh seed 7 at index 0"):
         OLH(1.0, 5).support(np.array([[7, 0]]))  # multiplier a = 0
     with pytest.raises(DPMarginalsError, match="olh hashed value"):
         OLH(1.0, 5).support(np.array([[(1 << 32) | 5, 4]]))
+    with pytest.raises(DPMarginalsError, match="not in the hash family"):
+        OLH(1.0, 5).output_distribution(0, seeds=[3])
     with pytest.raises(DPMarginalsError, match="hr bit"):
         HR(1.0, 5).support(np.array([[3, 2]]))
     with pytest.raises(DPMarginalsError, match="shape"):

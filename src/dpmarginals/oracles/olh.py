@@ -58,6 +58,19 @@ def _split(seeds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return seeds >> _SEED_SHIFT, seeds & _LOW_MASK
 
 
+def _checked_split(seeds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(a, b) of each seed; raise naming the first seed outside the family."""
+    a, b = _split(seeds)
+    bad = (a < 1) | (a >= PRIME) | (b >= PRIME)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise DPMarginalsError(
+            f"olh seed {int(seeds[i])} at index {i} is not in the hash family: need "
+            f"1 <= seed >> 32 < {PRIME} and seed & 0xFFFFFFFF < {PRIME}"
+        )
+    return a, b
+
+
 @dataclass(frozen=True)
 class OLH(FrequencyOracle):
     """Optimized local hashing (Wang et al. 2017, §4.4); hash family in the module docstring.
@@ -121,9 +134,7 @@ class OLH(FrequencyOracle):
 
     def _decode(self, reports: ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         arr = as_report_columns(reports, 2, self.name)
-        a, b = _split(arr[:, 0])
-        check_range(a - 1, PRIME - 1, "olh seed multiplier a - 1")
-        check_range(b, PRIME, "olh seed offset b")
+        a, b = _checked_split(arr[:, 0])
         check_range(arr[:, 1], self.g, "olh hashed value")
         return a, b, arr[:, 1]
 
@@ -179,7 +190,10 @@ class OLH(FrequencyOracle):
         same as for the full family: the LDP check over these outputs is exact.
         """
         x = as_value(value, self.size)
-        s = self.default_seeds() if seeds is None else np.asarray(seeds, dtype=np.int64)
+        s = self.default_seeds() if seeds is None else np.atleast_1d(np.asarray(seeds))
+        if s.ndim != 1 or s.size == 0 or s.dtype.kind not in "iu":
+            raise DPMarginalsError(f"seeds must be a non-empty 1-D integer array, got {s!r}")
+        _checked_split(s.astype(np.int64))
         hashed = self.hash_values(s, x)
         q_g = (1.0 - self.p) / (self.g - 1)
         probs = np.full((s.size, self.g), q_g)
