@@ -128,12 +128,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
     queries = random_queries(data.domain, args.k, args.queries,
                              rng=np.random.SeedSequence([args.seed, 2]))
     seeds = np.random.SeedSequence([args.seed, 3]).spawn(args.repeats)
-    sse, tvd, seconds = [], [], 0.0
+    sse, tvd, seconds, query_seconds = [], [], 0.0, 0.0
     synopsis = None
     for seed in tqdm(seeds, desc=f"{args.method} runs", disable=None, file=sys.stderr):
         start = time.perf_counter()
         synopsis = method.run(data, rng=seed)
+        released = time.perf_counter()
         errors = evaluate(synopsis, data, queries)
+        query_seconds += time.perf_counter() - released
         seconds += time.perf_counter() - start
         sse.append(errors.sse)
         tvd.append(errors.tvd)
@@ -145,9 +147,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
            "repeats": args.repeats, "sse_mean": float(sse_all.mean()),
            "sse_std": float(sse_all.std()), "tvd_mean": float(tvd_all.mean()),
            "uniform_sse_mean": uniform.sse_mean, "uniform_tvd_mean": uniform.tvd_mean,
-           "seconds": seconds / args.repeats, "l": info.get("l"), "m": info.get("m")}
+           "seconds": seconds / args.repeats, "l": info.get("l"), "m": info.get("m"),
+           "consistent": info.get("consistent"),
+           "stage_seconds": {**info.get("stage_seconds", {}),
+                             "queries": query_seconds / args.repeats}}
     if args.out is not None and synopsis is not None:
         synopsis.save(args.out)
+    if info.get("consistent") is False:
+        print(f"dpmarginals: note: consistency stopped after {info['consistency_rounds']} rounds "
+              f"(max inconsistency {info['max_inconsistency']:.2g}, min cell "
+              f"{info['min_cell']:.2g})", file=sys.stderr)
     if args.json:
         print(json.dumps(out))
         return 0

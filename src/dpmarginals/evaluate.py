@@ -12,7 +12,7 @@ from .dataset import Dataset
 from .domain import Domain
 from .errors import DPMarginalsError
 from .randomness import RNGLike, simulation_rng
-from .synopsis import Synopsis
+from .synopsis import Synopsis, check_query
 
 __all__ = ["QueryErrors", "evaluate", "random_queries"]
 
@@ -27,6 +27,7 @@ def random_queries(
     if count < 1:
         raise DPMarginalsError(f"the number of queries must be >= 1, got {count}")
     gen = simulation_rng(rng)
+    check_query(domain, sorted(domain.attributes, key=domain.size)[-k:])  # the largest k-set
     total = math.comb(d, k)
     seen: set[tuple[int, ...]] = set()
     out: list[tuple[str, ...]] = []

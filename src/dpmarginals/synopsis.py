@@ -21,11 +21,21 @@ _FORMAT = "dpmarginals.synopsis"
 _KINDS: dict[str, type[Synopsis]] = {}
 
 
-def _check_query(domain: Domain, attrs: Sequence[str]) -> tuple[str, ...]:
+MAX_QUERY_CELLS = 2**26
+"""The largest marginal answered (64 Mi cells, 512 MiB of float64)."""
+
+
+def check_query(domain: Domain, attrs: Sequence[str]) -> tuple[str, ...]:
     attrs = tuple(attrs)
     if not attrs:
         raise DPMarginalsError("a marginal needs at least one attribute")
-    domain.project(attrs)  # names unknown or repeated attributes
+    cells = domain.project(attrs).cells()  # also names unknown or repeated attributes
+    if cells > MAX_QUERY_CELLS:
+        raise DPMarginalsError(
+            f"the marginal over {list(attrs)} has {cells:,} cells "
+            f"({cells * 8 / 2**30:,.1f} GiB as float64); at most {MAX_QUERY_CELLS:,} are "
+            "answered: ask for fewer or smaller attributes"
+        )
     return attrs
 
 
@@ -96,7 +106,7 @@ class ViewSynopsis(Synopsis):
     def marginal(self, attrs: Sequence[str]) -> MarginalTable:
         from .inference import max_entropy
 
-        attrs = _check_query(self.domain, attrs)
+        attrs = check_query(self.domain, attrs)
         query = self.domain.indices(attrs)
         views = [(self.domain.indices(a), t) for a, t in self.views]
         table = max_entropy(query, views, self.domain.sizes)
@@ -126,7 +136,7 @@ class UniformSynopsis(Synopsis):
     method: str = "uni"
 
     def marginal(self, attrs: Sequence[str]) -> MarginalTable:
-        return MarginalTable.uniform(self.domain.project(_check_query(self.domain, attrs)))
+        return MarginalTable.uniform(self.domain.project(check_query(self.domain, attrs)))
 
     def _payload(self) -> dict[str, Any]:
         return {}

@@ -11,6 +11,8 @@
 from __future__ import annotations
 
 import math
+import time
+import warnings
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -19,7 +21,7 @@ import numpy as np
 from ..dataset import Dataset
 from ..domain import Domain
 from ..errors import DPMarginalsError, check_epsilon
-from ..inference import make_consistent
+from ..inference import ConsistencyWarning, make_consistent
 from ..oracles import adaptive_oracle, best_oracle
 from ..plan import GroupSpec, Plan, attribute_names
 from ..covering import covering_size
@@ -57,7 +59,7 @@ def group_specs(
 
 
 def consistent_synopsis(
-    domain: Domain, views: list[NoisyView], method: str, info: dict, *, max_rounds: int = 100
+    domain: Domain, views: list[NoisyView], method: str, info: dict, *, max_rounds: int = 1000
 ) -> ViewSynopsis:
     """Consistency + non-negativity over the noisy views (§4.4), packed as a synopsis.
 
@@ -65,10 +67,13 @@ def consistent_synopsis(
     size and oracle, and the variance-optimal generalisation §4.4 mentions otherwise.
     """
     index_views = [(domain.indices(v.attributes), v.table) for v in views]
-    result = make_consistent(index_views, domain.sizes,
-                             variances=[v.variance for v in views], max_rounds=max_rounds)
+    with warnings.catch_warnings():
+        # Non-convergence is reported in ``info`` (consistent=False, the residuals).
+        warnings.simplefilter("ignore", ConsistencyWarning)
+        result = make_consistent(index_views, domain.sizes,
+                                 variances=[v.variance for v in views], max_rounds=max_rounds)
     info = {**info, "consistency_rounds": result.rounds, "consistent": result.converged,
-            "max_inconsistency": result.max_inconsistency}
+            "max_inconsistency": result.max_inconsistency, "min_cell": result.min_cell}
     out = [(tuple(domain.attributes[i] for i in attrs), table) for attrs, table in result]
     return ViewSynopsis(domain, out, method, info)
 
@@ -95,7 +100,7 @@ class CALM:
     l: int | None = None
     oracle: str = "adaptive"
     per_user: bool = False
-    max_rounds: int = 100
+    max_rounds: int = 1000
     name: ClassVar[str] = "calm"
 
     def __post_init__(self) -> None:
@@ -140,10 +145,19 @@ class CALM:
                     group_specs(domain, attrs, self.epsilon, self.oracle), params)
 
     def run(self, data: Dataset, *, rng: RNGLike = None) -> ViewSynopsis:
-        """Collect from every row of ``data`` as one user and build the synopsis."""
+        """Collect from every row of ``data`` as one user and build the synopsis.
+
+        ``info["stage_seconds"]`` holds the time of planning, collection and consistency.
+        """
+        clock = time.perf_counter()
         plan = self.plan(data.domain, data.n)
+        planned = time.perf_counter()
         views = collect(data, plan, rng=rng, per_user=self.per_user)
+        collected = time.perf_counter()
         info = {"plan_hash": plan.hash, **plan.params, "n": data.n,
                 "oracles": sorted({g.oracle for g in plan.groups})}
-        return consistent_synopsis(data.domain, views, self.name, info,
-                                   max_rounds=self.max_rounds)
+        synopsis = consistent_synopsis(data.domain, views, self.name, info,
+                                       max_rounds=self.max_rounds)
+        synopsis.info["stage_seconds"] = {"plan": planned - clock, "collect": collected - planned,
+                                          "consistency": time.perf_counter() - collected}
+        return synopsis
