@@ -69,9 +69,11 @@ _SEED = 0x0CA1_2018
 _MAX_KSETS = 40_000_000
 #: The exact greedy keeps one gain per l-subset and touches each (l-set, k-subset) pair once.
 _EXACT_MAX_LSETS = 3_000_000
-_EXACT_MAX_WORK = 40_000_000
+_EXACT_MAX_WORK = 4_000_000
 #: Work (in k-set look-ups) we are willing to spend on restarts of one construction.
 _RESTART_WORK = 4_000_000
+#: Seconds (estimated) we are willing to spend on restarts of a scalable construction.
+_EXTEND_SECONDS = 1.0
 _MAX_RESTARTS = 6
 
 
@@ -92,10 +94,10 @@ def _as_int(value: object, field: str, minimum: int) -> int:
     return out
 
 
-def _check_dkl(d: object, k: object, l: object) -> tuple[int, int, int]:  # noqa: E741
+def _check_dkl(d: object, k: object, l: object) -> tuple[int, int, int]:
     d = _as_int(d, "d", 1)
     k = _as_int(k, "k", 1)
-    l = _as_int(l, "l", 1)  # noqa: E741
+    l = _as_int(l, "l", 1)
     if k > d:
         raise DPMarginalsError(f"k must be <= d = {d}, got k = {k}")
     if l > d:
@@ -143,11 +145,11 @@ def _unrank(rank: int, r: int, d: int) -> list[int]:
 
 def _block_ranks(blocks: np.ndarray, k: int, d: int) -> np.ndarray:
     """Colex ranks of the k-subsets of each (sorted) block: shape (len(blocks), C(l, k))."""
-    l = blocks.shape[1]  # noqa: E741
+    l = blocks.shape[1]
     return _ranks(blocks[:, _combos(l, k)], _binom_table(d, k))
 
 
-def covering_number_bound(d: int, k: int, l: int) -> int:  # noqa: E741
+def covering_number_bound(d: int, k: int, l: int) -> int:
     """The Schönheim lower bound on the covering number C(d, l, k).
 
     ``L(d, l, k) = ceil(d / l * L(d - 1, l - 1, k - 1))`` with ``L(., ., 0) = 1``:
@@ -156,7 +158,7 @@ def covering_number_bound(d: int, k: int, l: int) -> int:  # noqa: E741
     >>> covering_number_bound(8, 3, 4), covering_number_bound(32, 3, 4)
     (14, 1240)
     """
-    d, k, l = _check_dkl(d, k, l)  # noqa: E741
+    d, k, l = _check_dkl(d, k, l)
     bound = 1
     for i in range(k - 1, -1, -1):
         # ceil((d - i) / (l - i) * bound) in exact integer arithmetic
@@ -212,7 +214,7 @@ def _partition(d: int, parts: int) -> list[list[int]]:
     return out
 
 
-def _k_one(d: int, l: int) -> list[tuple[int, ...]]:  # noqa: E741
+def _k_one(d: int, l: int) -> list[tuple[int, ...]]:
     """C(d, l, 1) = ceil(d / l): consecutive runs, the last one shifted to fit."""
     blocks = []
     for start in range(0, d, l):
@@ -276,13 +278,13 @@ def _sqs(d: int) -> list[tuple[int, ...]]:
 # ----------------------------------------------------------------------------------------
 
 
-def _exact_feasible(d: int, k: int, l: int) -> bool:  # noqa: E741
+def _exact_feasible(d: int, k: int, l: int) -> bool:
     n_l = math.comb(d, l)
     return n_l <= _EXACT_MAX_LSETS and n_l * math.comb(l, k) <= _EXACT_MAX_WORK
 
 
 def _greedy_exact(
-    d: int, k: int, l: int, rng: np.random.Generator, max_blocks: int | None = None  # noqa: E741
+    d: int, k: int, l: int, rng: np.random.Generator, max_blocks: int | None = None
 ) -> list[tuple[int, ...]]:
     """Greedy over all l-subsets: always add a block covering the most uncovered k-sets.
 
@@ -332,29 +334,63 @@ def _greedy_exact(
     return blocks
 
 
+@lru_cache(maxsize=64)
+def _insert_positions(s: int, k: int) -> np.ndarray:
+    """``T[q, j]``: how many members of the j-th (k-1)-subset of range(s) are < q."""
+    pat = _combos(s, k - 1)
+    return np.array([(pat < q).sum(axis=1) for q in range(s + 1)], dtype=np.int64)
+
+
+def _extension_ranks(
+    blocks: np.ndarray, cand: np.ndarray, k: int, tab: np.ndarray
+) -> np.ndarray:
+    """Colex ranks of ``sub | {x}`` for every (k-1)-subset ``sub`` of each sorted block
+    and every x among that block's candidates.
+
+    ``blocks``: (B, s) rows ascending; ``cand``: (B, X) points not in the row's block.
+    Returns (B, X, C(s, k-1)).  Inserting x after the first p members of ``sub`` shifts
+    the later members up one place, so ``rank = sum_{i<p} C(sub_i, i+1) + C(x, p+1) +
+    sum_{i>=p} C(sub_i, i+2)``: prefix and suffix sums per subset, no sorting.
+    """
+    n_b, size = blocks.shape
+    sub = blocks[:, _combos(size, k - 1)]  # (B, S, k-1)
+    cols = np.arange(1, k)
+    low = tab[sub, cols]  # C(sub_i, i+1)
+    high = tab[sub, cols + 1]  # C(sub_i, i+2)
+    both = np.zeros((*sub.shape[:2], k), dtype=np.int64)  # indexed by p
+    np.cumsum(low, axis=2, out=both[:, :, 1:])
+    both[:, :, :-1] += np.cumsum(high[:, :, ::-1], axis=2)[:, :, ::-1]
+    pos = (blocks[:, None, :] < cand[:, :, None]).sum(axis=2)  # (B, X)
+    p = _insert_positions(size, k)[pos]  # (B, X, S)
+    rows = np.arange(n_b)[:, None, None]
+    return both[rows, np.arange(sub.shape[1])[None, None, :], p] + tab[cand[:, :, None], p + 1]
+
+
 def _greedy_extend(
     d: int,
     k: int,
-    l: int,  # noqa: E741
+    l: int,
     rng: np.random.Generator,
     seeds: int,
-    max_blocks: int | None = None,
-) -> list[tuple[int, ...]]:
+    abort_above: int | None = None,
+) -> list[tuple[int, ...]] | None:
     """Scalable randomized greedy: grow blocks around uncovered k-sets.
 
-    Each step takes the first uncovered k-set (colex order) and ``seeds - 1`` random
-    uncovered ones; each is extended to an l-set by repeatedly adding the point that
-    covers the most uncovered k-sets; the best extension becomes the next block.
+    Each step takes the first uncovered k-set (colex order) and up to ``seeds - 1``
+    random uncovered ones; each is extended to an l-set by repeatedly adding the point
+    that covers the most uncovered k-sets (all seeds at once, vectorized); the best
+    extension becomes the next block.  Every block covers a new k-set, so the size only
+    grows: the run gives up (returns None) once it needs more than ``abort_above`` blocks.
     """
     n_k = math.comb(d, k)
-    tab_k = _binom_table(d, k)
-    pats = {s: _combos(s, k - 1) for s in range(k, l)}
+    tab = _binom_table(d, k)
     covered = np.zeros(n_k, dtype=bool)
     left, ptr = n_k, 0
-    everything = np.arange(d)
     blocks: list[tuple[int, ...]] = []
     chunk = 4096
     while left > 0:
+        if abort_above is not None and len(blocks) >= abort_above:
+            return None
         while True:
             free = np.flatnonzero(~covered[ptr:ptr + chunk])
             if free.size:
@@ -365,36 +401,22 @@ def _greedy_extend(
         if seeds > 1:
             probe = rng.integers(0, n_k, size=4 * seeds)
             starts += [int(r) for r in probe[~covered[probe]][: seeds - 1]]
-        best_gain, best_block = -1, None
-        for start in starts:
-            block = _unrank(start, k, d)
-            gain = 1
-            for size in range(k, l):
-                arr = np.array(block, dtype=np.int64)
-                mask = np.ones(d, dtype=bool)
-                mask[arr] = False
-                cand = everything[mask]
-                sub = arr[pats[size]]  # (C(size, k-1), k-1)
-                grown = np.concatenate(
-                    [np.broadcast_to(sub[None], (cand.size, *sub.shape)),
-                     np.broadcast_to(cand[:, None, None], (cand.size, sub.shape[0], 1))],
-                    axis=2,
-                )
-                grown.sort(axis=2)
-                new = (~covered[_ranks(grown, tab_k)]).sum(axis=1)
-                pick = int(np.argmax(new + 0.5 * rng.random(cand.size)))
-                gain += int(new[pick])
-                block = sorted((*block, int(cand[pick])))
-            if gain > best_gain:
-                best_gain, best_block = gain, block
-        assert best_block is not None
-        arr = np.array([best_block], dtype=np.int64)
-        ranks = _block_ranks(arr, k, d)[0]
+        grown = np.array([_unrank(r, k, d) for r in starts], dtype=np.int64)
+        rows = np.arange(grown.shape[0])
+        gain = np.ones(grown.shape[0], dtype=np.int64)
+        for size in range(k, l):
+            outside = np.ones((rows.size, d), dtype=bool)
+            outside[rows[:, None], grown] = False
+            cand = np.nonzero(outside)[1].reshape(rows.size, d - size)
+            new = (~covered[_extension_ranks(grown, cand, k, tab)]).sum(axis=2)
+            pick = np.argmax(new + 0.5 * rng.random(new.shape), axis=1)
+            gain += new[rows, pick]
+            grown = np.sort(np.concatenate([grown, cand[rows, pick][:, None]], axis=1), axis=1)
+        best = grown[int(np.argmax(gain))]
+        ranks = _block_ranks(best[None, :], k, d)[0]
         left -= int((~covered[ranks]).sum())
         covered[ranks] = True
-        blocks.append(tuple(best_block))
-        if max_blocks is not None and len(blocks) >= max_blocks:
-            break
+        blocks.append(tuple(int(a) for a in best))
     return blocks
 
 
@@ -423,58 +445,108 @@ def _best_pruned(blocks: list[tuple[int, ...]], d: int, k: int) -> list[tuple[in
     return a if len(a) <= len(b) else b
 
 
-def _extend_seeds(d: int, k: int, l: int) -> int:  # noqa: E741
-    estimate = math.comb(d, k) / math.comb(l, k)  # about how many blocks
-    per_seed = (l - k) * d * math.comb(l - 1, k - 1)
-    return int(min(8, max(1, 3e7 / (estimate * per_seed + 1))))
+def _extend_seconds(d: int, k: int, l: int, seeds: int) -> float:
+    """Rough wall time of one extension run (calibrated on a laptop-class CPU)."""
+    ranks = sum((d - s) * math.comb(s, k - 1) for s in range(k, l))
+    per_block = (l - k) * 4e-5 + seeds * ranks * 1.5e-8
+    return 2.5 * covering_number_bound(d, k, l) * per_block
 
 
-def _greedy_runs(d: int, k: int, l: int) -> list[tuple[int, ...]]:  # noqa: E741
-    """Best pruned greedy covering over a few restarts (fixed seeds)."""
-    exact = _exact_feasible(d, k, l)
-    if exact:
+def _plan_runs(d: int, k: int, l: int) -> tuple[bool, int, int]:
+    """(exact greedy?, seeds per step, restarts) -- a function of (d, k, l) only."""
+    if _exact_feasible(d, k, l):
         work = math.comb(d, l) * math.comb(l, k)
-    else:
-        seeds = _extend_seeds(d, k, l)
-        work = math.comb(d, k) * seeds * (l - k) * d
-    runs = int(min(_MAX_RESTARTS, max(1, _RESTART_WORK // max(work, 1))))
-    best: list[tuple[int, ...]] | None = None
-    for run in range(runs):
-        rng = np.random.default_rng([_SEED, d, k, l, run])
-        raw = _greedy_exact(d, k, l, rng) if exact else _greedy_extend(d, k, l, rng, seeds)
-        pruned = _best_pruned(raw, d, k)
-        if best is None or len(pruned) < len(best):
-            best = pruned
-    assert best is not None
-    return best
+        return True, 1, int(min(_MAX_RESTARTS, max(1, _RESTART_WORK // max(work, 1))))
+    seeds = 8
+    while seeds > 1 and _extend_seconds(d, k, l, seeds) > _EXTEND_SECONDS:
+        seeds //= 2
+    runs = int(min(_MAX_RESTARTS, max(1, _EXTEND_SECONDS // _extend_seconds(d, k, l, seeds))))
+    return False, seeds, runs
 
 
-@lru_cache(maxsize=256)
-def _canonical(d: int, k: int, l: int) -> tuple[tuple[int, ...], ...]:  # noqa: E741
-    """The cached, deterministic covering for already validated (d, k, l)."""
+def _construct(d: int, k: int, l: int, budget: int | None) -> tuple[tuple[int, ...], ...] | None:
+    """The canonical covering for validated (d, k, l), or None if it has > budget blocks.
+
+    The canonical design is the smallest of the candidates below (the first on ties);
+    with a budget the same candidates are tried, but a greedy run stops as soon as it
+    can no longer beat the budget or the best so far, so the answer is identical.
+    """
     if l == d:
         return (tuple(range(d)),)
     if l == k:
+        if budget is not None and math.comb(d, k) > budget:
+            return None
         if math.comb(d, k) > _MAX_KSETS // 8:
             raise DPMarginalsError(f"C({d}, {k}) = {math.comb(d, k)} blocks is too many")
         return tuple(combinations(range(d), k))
     if k == 1:
-        return tuple(_k_one(d, l))
-    if l == d - 1:
-        return tuple(_complement_singletons(d, k))
-    if l == d - 2:
-        return tuple(_complement_pairs(d, k))
-    if math.comb(d, k) > _MAX_KSETS:
-        raise DPMarginalsError(
-            f"covering all {k}-subsets of {d} attributes ({math.comb(d, k)}) is too large"
-        )
-    candidates: list[list[tuple[int, ...]]] = []
-    if k == 3 and l == 4:
-        candidates.append(_best_pruned(_sqs(d), d, k))
-    if not candidates or len(candidates[0]) > covering_number_bound(d, k, l):
-        candidates.append(_greedy_runs(d, k, l))
-    best = min(candidates, key=len)
+        best = _k_one(d, l)
+    elif l == d - 1:
+        best = _complement_singletons(d, k)
+    elif l == d - 2:
+        best = _complement_pairs(d, k)
+    else:
+        if math.comb(d, k) > _MAX_KSETS:
+            raise DPMarginalsError(
+                f"covering all {k}-subsets of {d} attributes ({math.comb(d, k)}) is too large"
+            )
+        best = _sqs_or_greedy(d, k, l, budget)
+        if best is None:
+            return None
+    if budget is not None and len(best) > budget:
+        return None
     return tuple(sorted(tuple(sorted(b)) for b in best))
+
+
+def _sqs_or_greedy(
+    d: int, k: int, l: int, budget: int | None
+) -> list[tuple[int, ...]] | None:
+    bound = covering_number_bound(d, k, l)
+    best: list[tuple[int, ...]] | None = None
+    if k == 3 and l == 4:
+        best = _best_pruned(_sqs(d), d, k)
+        if len(best) == bound:
+            return best
+    exact, seeds, runs = _plan_runs(d, k, l)
+    for run in range(runs):
+        rng = np.random.default_rng([_SEED, d, k, l, run])
+        if exact:  # small: always run to the end, then prune
+            found: list[tuple[int, ...]] | None = _best_pruned(
+                _greedy_exact(d, k, l, rng), d, k
+            )
+        else:  # stop a run once it cannot beat the best so far nor fit the budget
+            limits = [x for x in (budget, None if best is None else len(best) - 1)
+                      if x is not None]
+            found = _greedy_extend(d, k, l, rng, seeds, min(limits) if limits else None)
+        if found is not None and (best is None or len(found) < len(best)):
+            best = found
+        if best is not None and len(best) == bound:
+            break
+    return best
+
+
+#: (d, k, l) -> the canonical design, or the largest budget it is known to exceed.
+_DESIGNS: dict[tuple[int, int, int], tuple[tuple[int, ...], ...]] = {}
+_EXCEEDS: dict[tuple[int, int, int], int] = {}
+
+
+def _canonical(
+    d: int, k: int, l: int, budget: int | None = None
+) -> tuple[tuple[int, ...], ...] | None:
+    """Cached :func:`_construct`; results do not depend on the order of calls."""
+    key = (d, k, l)
+    done = _DESIGNS.get(key)
+    if done is not None:
+        return done if budget is None or len(done) <= budget else None
+    if budget is not None and _EXCEEDS.get(key, -1) >= budget:
+        return None
+    out = _construct(d, k, l, budget)
+    if out is None:
+        assert budget is not None
+        _EXCEEDS[key] = max(budget, _EXCEEDS.get(key, -1))
+    else:
+        _DESIGNS[key] = out
+    return out
 
 
 def _relabel(
@@ -487,7 +559,7 @@ def _relabel(
 def cover_design(
     d: int,
     k: int,
-    l: int,  # noqa: E741
+    l: int,
     *,
     rng: RNGLike = None,
     max_blocks: int | None = None,
@@ -507,44 +579,38 @@ def cover_design(
     >>> cover_design(8, 3, 4, max_blocks=13) is None
     True
     """
-    d, k, l = _check_dkl(d, k, l)  # noqa: E741
+    d, k, l = _check_dkl(d, k, l)
     if max_blocks is not None:
         max_blocks = _as_int(max_blocks, "max_blocks", 0)
         if covering_number_bound(d, k, l) > max_blocks:
             return None
-    blocks = _canonical(d, k, l)
-    if max_blocks is not None and len(blocks) > max_blocks:
+    blocks = _canonical(d, k, l, max_blocks)
+    if blocks is None:
         return None
     if rng is None:
         return list(blocks)
     return _relabel(blocks, d, rng)
 
 
-@lru_cache(maxsize=1024)
-def _size(d: int, k: int, l: int) -> int:  # noqa: E741
-    if l == k:
-        return math.comb(d, k)
-    return len(_canonical(d, k, l))
-
-
-def covering_size(d: int, k: int, l: int, max_blocks: int | None = None) -> int | None:  # noqa: E741
+def covering_size(d: int, k: int, l: int, max_blocks: int | None = None) -> int | None:
     """``len(cover_design(d, k, l))``, or ``None`` if that exceeds ``max_blocks``. Cached.
 
     This is the ``CoverDesign(d, k, l)`` of CALM's Algorithm 1 -- the size of the
-    covering we actually deploy, an upper bound on the covering number.
+    covering we actually deploy, an upper bound on the covering number.  With a budget
+    the construction stops early once it is sure to exceed it (same answer, less work).
 
     >>> covering_size(8, 3, 3), covering_size(8, 3, 4), covering_size(32, 3, 4, 262)
     (56, 14, None)
     """
-    d, k, l = _check_dkl(d, k, l)  # noqa: E741
+    d, k, l = _check_dkl(d, k, l)
     if max_blocks is not None:
         max_blocks = _as_int(max_blocks, "max_blocks", 0)
         if covering_number_bound(d, k, l) > max_blocks:
             return None
-    size = _size(d, k, l)
-    if max_blocks is not None and size > max_blocks:
-        return None
-    return size
+    if l == k:
+        return math.comb(d, k)
+    blocks = _canonical(d, k, l, max_blocks)
+    return None if blocks is None else len(blocks)
 
 
 # ----------------------------------------------------------------------------------------
@@ -552,7 +618,7 @@ def covering_size(d: int, k: int, l: int, max_blocks: int | None = None) -> int 
 # ----------------------------------------------------------------------------------------
 
 def balanced_subsets(
-    d: int, l: int, m: int, *, rng: RNGLike = None  # noqa: E741
+    d: int, l: int, m: int, *, rng: RNGLike = None
 ) -> list[tuple[int, ...]]:
     """m distinct l-subsets of ``range(d)`` in which every attribute appears about equally.
 
@@ -568,7 +634,7 @@ def balanced_subsets(
     (5, [1, 2])
     """
     d = _as_int(d, "d", 1)
-    l = _as_int(l, "l", 1)  # noqa: E741
+    l = _as_int(l, "l", 1)
     if l > d:
         raise DPMarginalsError(f"l must be <= d = {d}, got l = {l}")
     total = math.comb(d, l)
@@ -600,7 +666,7 @@ def balanced_subsets(
 
 
 def _grow_block(
-    counts: np.ndarray, pairs: np.ndarray, l: int, gen: np.random.Generator  # noqa: E741
+    counts: np.ndarray, pairs: np.ndarray, l: int, gen: np.random.Generator
 ) -> tuple[int, ...]:
     """Least-used attributes first; among those, the fewest pairs with the block so far."""
     d = counts.size
@@ -620,7 +686,7 @@ def _grow_block(
 
 def _unused_block(
     d: int,
-    l: int,  # noqa: E741
+    l: int,
     chosen: set[tuple[int, ...]],
     counts: np.ndarray,
     gen: np.random.Generator,

@@ -51,6 +51,9 @@ class Uniform:
 _REGISTRY: dict[str, Callable[..., Any]] = {
     "calm": CALM,
     "uni": Uniform,
+    # Issue #4: FC, AM, FT, EM, BE, PriView and the Cormode et al. family (InpRR, InpPS,
+    # InpHT, MargRR, MargPS, MargHT, InpEM, InpOLH, InpHTCMS); see dpmarginals.local.cormode.
+    **__import__("dpmarginals.local.cormode", fromlist=["BASELINES"]).BASELINES,
 }
 
 

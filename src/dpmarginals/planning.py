@@ -105,7 +105,7 @@ def _check_sizes(sizes: Sequence[int], d: int | None = None) -> tuple[int, ...]:
     return out
 
 
-def expected_cells(sizes: Sequence[int], l: int) -> float:  # noqa: E741
+def expected_cells(sizes: Sequence[int], l: int) -> float:
     """Mean number of cells of an l-way marginal: the average over all l-subsets of the
     attributes of the product of their sizes (CALM §4.3: "L is the expected number of
     cells").  Exact: ``e_l(sizes) / C(d, l)`` with the elementary symmetric polynomial
@@ -115,7 +115,7 @@ def expected_cells(sizes: Sequence[int], l: int) -> float:  # noqa: E741
     (4.0, 8.666666666666666)
     """
     sizes = _check_sizes(sizes)
-    l = _as_int(l, "l", 0)  # noqa: E741
+    l = _as_int(l, "l", 0)
     d = len(sizes)
     if l > d:
         raise DPMarginalsError(f"l must be <= the number of attributes {d}, got {l}")
@@ -144,7 +144,7 @@ def _check_cells(cells: float) -> float:
 
 
 def noise_error(
-    n: int, d: int, epsilon: float, l: int, *, cells: float | None = None  # noqa: E741
+    n: int, d: int, epsilon: float, l: int, *, cells: float | None = None
 ) -> float:
     """CALM eq. (7): the Noise Error of one attribute's 1-way marginal.
 
@@ -157,7 +157,7 @@ def noise_error(
     """
     n = _as_int(n, "n", 1)
     d = _as_int(d, "d", 1)
-    l = _as_int(l, "l", 1)  # noqa: E741
+    l = _as_int(l, "l", 1)
     epsilon = check_epsilon(epsilon)
     L = float(2**l) if cells is None else _check_cells(cells)
     return _fo_factor(epsilon, L) * L / l * d / n
@@ -195,7 +195,7 @@ class MarginalChoice:
     contain every k-subset (so no k-way marginal needs max-entropy reconstruction).
     """
 
-    l: int  # noqa: E741
+    l: int
     m: int
     oracle: str
     noise_error: float
@@ -299,7 +299,7 @@ def choose_marginals(
 
 
 def select_marginals(
-    d: int, k: int, l: int, m: int, *, rng: RNGLike = None  # noqa: E741
+    d: int, k: int, l: int, m: int, *, rng: RNGLike = None
 ) -> list[tuple[int, ...]]:
     """The m attribute sets (l-subsets of ``range(d)``) for a plan with (l, m).
 
@@ -321,7 +321,7 @@ def select_marginals(
     """
     d = _as_int(d, "d", 1)
     k = _as_int(k, "k", 1)
-    l = _as_int(l, "l", 1)  # noqa: E741
+    l = _as_int(l, "l", 1)
     m = _as_int(m, "m", 1)
     if k > d:
         raise DPMarginalsError(f"k must be <= d = {d}, got k = {k}")
@@ -346,7 +346,7 @@ def select_marginals(
     return _relabel(blocks, d, rng)
 
 
-def _pad(blocks: list[tuple[int, ...]], d: int, l: int, m: int) -> list[tuple[int, ...]]:  # noqa: E741
+def _pad(blocks: list[tuple[int, ...]], d: int, l: int, m: int) -> list[tuple[int, ...]]:
     """Add distinct l-sets to a design, least-used attributes first."""
     counts = np.bincount(np.array(blocks).ravel(), minlength=d)
     chosen = set(blocks)
@@ -363,7 +363,7 @@ def _pad(blocks: list[tuple[int, ...]], d: int, l: int, m: int) -> list[tuple[in
     return out
 
 
-def _partial_cover(d: int, k: int, l: int, m: int) -> list[tuple[int, ...]]:  # noqa: E741
+def _partial_cover(d: int, k: int, l: int, m: int) -> list[tuple[int, ...]]:
     """m blocks of the covering design, greedily covering the most k-sets."""
     blocks = cover_design(d, k, l)
     assert blocks is not None

@@ -150,10 +150,7 @@ class EncodedSynopsis(Synopsis):
             return MarginalTable(sub, np.ones(sub.shape))
         values = enc.decode(attrs, self.inner.marginal(names).values)
         total = values.sum()
-        if total > 0:
-            values = values / total
-        else:
-            values = np.full(sub.shape, 1.0 / sub.cells())
+        values = values / total if total > 0 else np.full(sub.shape, 1.0 / sub.cells())
         return MarginalTable(sub, values)
 
     def _payload(self) -> dict[str, Any]:
@@ -190,7 +187,7 @@ class BE:
     k: int = 3
     theta: float = 1e-3
     m: int | None = None
-    l: int | None = None  # noqa: E741 - CALM's name
+    l: int | None = None
     oracle: str = "adaptive"
     per_user: bool = False
     max_rounds: int = 100

@@ -18,13 +18,13 @@ from typing import ClassVar
 
 import numpy as np
 
+from ..covering import covering_size
 from ..dataset import Dataset
 from ..domain import Domain
 from ..errors import DPMarginalsError, check_epsilon
 from ..inference import ConsistencyWarning, make_consistent
 from ..oracles import adaptive_oracle, best_oracle
 from ..plan import GroupSpec, Plan, attribute_names
-from ..covering import covering_size
 from ..planning import (
     choose_marginals,
     expected_cells,

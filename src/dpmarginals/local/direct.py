@@ -366,7 +366,7 @@ class AM:
         params = {"k": k, "n": int(n), "m": m, "oracle": sorted({g.oracle for g in groups}),
                   "report_bits": bits_for(m) + max(o.report_bits for o in oracles),
                   "table2_bits": self._table2_bits(d, k), "var0": var0,
-                  "variance_factor": int(round(factor)) if float(factor).is_integer() else factor,
+                  "variance_factor": round(factor) if float(factor).is_integer() else factor,
                   "expected_sse": sse}
         return Plan(self.name, self.epsilon, domain, tuple(groups), params)
 
