@@ -213,7 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "needed) and print true vs. estimated marginal cells.")
     p.add_argument("--epsilon", type=_epsilon, default=1.0, help="privacy budget (default 1.0)")
     p.add_argument("--k", type=_positive_int, default=2, help="marginal size shown (default 2)")
-    p.add_argument("--seed", type=int, default=0, help="simulation seed (default 0)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="make the run a reproducible simulation with this seed (default: "
+                   "every user's randomness comes from the OS's secure source)")
     p.set_defaults(func=_cmd_demo)
 
     p = sub.add_parser("datasets", help="list the data sets and whether they are available",

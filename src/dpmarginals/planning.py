@@ -287,7 +287,10 @@ def choose_marginals(
     # Lines 12-17 (note 6).
     best_e, best_m, best_l = 1.0, m_u, l_u
     for l_t in range(l_b, l_u + 1):
-        # Only coverings with m_t / n < E can win: m_t <= ceil(E n) - 1.
+        # max(SE, kNE) < E needs kNE < E and m_t / n < E, i.e. m_t <= ceil(E n) - 1:
+        # skipping the rest gives the literal answer without building useless coverings.
+        if knoise(l_t) >= best_e:
+            continue
         budget = math.ceil(best_e * n) - 1
         m_t = covering_size(d, k, l_t, max_blocks=budget)
         if m_t is None:
