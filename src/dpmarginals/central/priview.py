@@ -1,0 +1,248 @@
+"""Centralized PriView (Qardaji, Yang, Li, SIGMOD'14 as summarised in CALM §4.1).
+
+The curator holds the data.  PriView publishes m views (l-way marginals chosen by a
+covering design so every t-set of attributes lies in one, t = k by default), each count
+perturbed by Laplace noise of scale m / eps, then makes the views consistent and
+non-negative and answers any marginal by maximum entropy -- the same steps CALM uses
+(:func:`dpmarginals.local.calm.consistent_synopsis`).  CALM §5.6 (Figure 8) uses it as the
+central-model reference point.
+
+**Privacy.**  Neighbouring data sets differ by adding or removing one record, which changes
+one count in each of the m views: the count vectors have L1 sensitivity m, so integer
+noise from the discrete Laplace with scale >= m / eps makes the release eps-DP (n, the
+number of records, is treated as public: fractions are counts / n).  The noise is never a
+floating-point Laplace (Mironov 2012):
+
+* ``sampler="opendp"``: OpenDP's ``make_laplace`` on integer vectors (its exact discrete
+  Laplace sampler on the OS's randomness); its privacy map is checked to give at most
+  eps / m per view.
+* ``sampler="cks"``: our exact sampler after Canonne, Kamath, Steinke (NeurIPS 2020),
+  Algorithms 1-2, with the scale rounded *up* to a rational t/s (s = 1000), drawing uniform
+  integers from :class:`~dpmarginals.randomness.SecureRandom` (``rng=None``) or, for
+  reproducible simulation only, from a seeded generator.
+* ``sampler="auto"`` (default): OpenDP when it is installed, otherwise CKS.
+
+``synopsis.info["noise_sampler"]`` says which one ran.
+
+**Views.**  ``l`` defaults to min(8, d) ("setting l to be around 8 works well", CALM §4.1),
+reduced for wide attributes until a view has at most 2^20 cells; ``m`` defaults to the size
+of the covering design of the t-sets by l-sets (d = 8, l = 8: one view, the full table).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, ClassVar
+
+import numpy as np
+
+from dpmarginals.covering import cover_design
+from dpmarginals.dataset import Dataset
+from dpmarginals.domain import Domain
+from dpmarginals.errors import DPMarginalsError, check_epsilon
+from dpmarginals.plan import GroupSpec, Plan, attribute_names
+from dpmarginals.planning import select_marginals
+from dpmarginals.randomness import RandomSource, RNGLike, client_rng
+
+__all__ = ["PriView", "bernoulli_exp", "discrete_laplace", "discrete_laplace_variance"]
+
+SAMPLERS = ("auto", "opendp", "cks")
+SCALE_DENOMINATOR = 1000
+DEFAULT_VIEW_CELLS = 2**20
+
+
+# -- exact discrete Laplace (Canonne, Kamath, Steinke 2020) -----------------------------------
+def bernoulli_exp(num: np.ndarray, den: int, src: RandomSource) -> np.ndarray:
+    """Exact Bernoulli(exp(-num/den)) for integers 0 <= num <= den (CKS 2020, Algorithm 1).
+
+    Vectorized over ``num``: K = 1, 2, ...; draw A ~ Bernoulli(gamma / K) (a uniform integer
+    below den K compared with num) until A = 0; return whether K is odd.
+    """
+    num = np.asarray(num, dtype=np.int64)
+    out = np.zeros(num.shape, dtype=bool)
+    active = np.arange(num.size)
+    flat = num.ravel()
+    kk = 1
+    while active.size:
+        draw = np.asarray(src.integers(0, den * kk, size=active.size), dtype=np.int64)
+        go_on = draw < flat[active]
+        out.flat[active[~go_on]] = kk % 2 == 1
+        active = active[go_on]
+        kk += 1
+    return out
+
+
+def discrete_laplace(t: int, s: int, size: int, src: RandomSource) -> np.ndarray:
+    """``size`` exact draws of the discrete Laplace with scale t/s (CKS 2020, Algorithm 2).
+
+    P[Z = z] proportional to exp(-|z| s / t), for integers t, s >= 1.
+    """
+    if t < 1 or s < 1:
+        raise DPMarginalsError(f"discrete Laplace needs integers t, s >= 1, got {t}, {s}")
+    out = np.zeros(size, dtype=np.int64)
+    pending = np.arange(size)
+    ones = np.ones(1, dtype=np.int64)
+    while pending.size:
+        u = np.asarray(src.integers(0, t, size=pending.size), dtype=np.int64)
+        keep = bernoulli_exp(u, t, src)
+        idx, u = pending[keep], u[keep]
+        rejected = [pending[~keep]]
+        v = np.zeros(idx.size, dtype=np.int64)
+        live = np.arange(idx.size)
+        while live.size:  # V ~ Geometric(1 - e^-1): count Bernoulli(e^-1) successes
+            a = bernoulli_exp(np.broadcast_to(ones, live.shape), 1, src)
+            v[live[a]] += 1
+            live = live[a]
+        y = (u + t * v) // s
+        b = np.asarray(src.integers(0, 2, size=idx.size), dtype=np.int64)
+        bad = (b == 1) & (y == 0)
+        out[idx[~bad]] = ((1 - 2 * b) * y)[~bad]
+        rejected.append(idx[bad])
+        pending = np.concatenate(rejected)
+    return out
+
+
+def discrete_laplace_variance(scale: float) -> float:
+    """Var of the discrete Laplace with scale b: 2 e^{-1/b} / (1 - e^{-1/b})^2."""
+    r = math.exp(-1.0 / scale)
+    return 2 * r / (1 - r) ** 2
+
+
+def _rational_scale(m: int, epsilon: float) -> tuple[int, int]:
+    """(t, s) with t/s >= m/eps exactly, s = SCALE_DENOMINATOR (rounding up = more noise)."""
+    exact = Fraction(m) / Fraction(epsilon)
+    return math.ceil(exact * SCALE_DENOMINATOR), SCALE_DENOMINATOR
+
+
+def _opendp_noisy(counts: np.ndarray, scale: float, per_view_epsilon: float) -> np.ndarray:
+    import opendp.prelude as dp
+
+    dp.enable_features("contrib")
+    space = dp.vector_domain(dp.atom_domain(T=int)), dp.l1_distance(T=int)
+    meas = dp.m.make_laplace(*space, scale=scale)
+    spent = float(meas.map(1))
+    if spent > per_view_epsilon * (1 + 1e-9):
+        raise DPMarginalsError(f"OpenDP's discrete Laplace spends {spent} > {per_view_epsilon}")
+    return np.asarray(meas([int(c) for c in counts]), dtype=np.int64)
+
+
+def _opendp_available() -> bool:
+    try:
+        import opendp.prelude  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@dataclass
+class PriView:
+    """Centralized PriView; see the module docstring.
+
+    >>> dom = Domain(tuple(f"a{i}" for i in range(8)), (2,) * 8)
+    >>> plan = PriView(epsilon=1.0, k=3).plan(dom, 2**16)
+    >>> plan.params["l"], plan.m, plan.params["scale"]
+    (8, 1, 1.0)
+    >>> PriView(epsilon=1.0, k=3, l=4).plan(dom, 2**16).m
+    14
+    """
+
+    epsilon: float
+    k: int = 3
+    l: int | None = None
+    m: int | None = None
+    cover: int | None = None
+    sampler: str = "auto"
+    per_user: bool = False  # accepted for the common interface; there are no user reports
+    max_rounds: int = 100
+    max_view_cells: int = DEFAULT_VIEW_CELLS
+    name: ClassVar[str] = "priview"
+
+    def __post_init__(self) -> None:
+        from dpmarginals.local.direct import check_choice, check_k
+
+        self.epsilon = check_epsilon(self.epsilon)
+        self.k = check_k(self.k)
+        check_choice(self.sampler, "sampler", SAMPLERS)
+        for field_name in ("l", "m", "cover"):
+            value = getattr(self, field_name)
+            if value is not None and (isinstance(value, bool) or not isinstance(
+                    value, int | np.integer) or value < 1):
+                raise DPMarginalsError(f"{field_name} must be an integer >= 1, got {value!r}")
+
+    def _sizes(self, domain: Domain) -> tuple[int, int]:
+        d = len(domain)
+        if self.k > d:
+            raise DPMarginalsError(f"k = {self.k} exceeds the number of attributes d = {d}")
+        if self.l is not None:
+            l = self.l
+            if l > d:
+                raise DPMarginalsError(f"l = {l} exceeds the number of attributes d = {d}")
+        else:
+            widest = sorted(domain.sizes, reverse=True)
+            l = min(8, d)
+            floor = min(self.cover or self.k, d)
+            while l > floor and math.prod(widest[:l]) > self.max_view_cells:
+                l -= 1
+        t = self.cover if self.cover is not None else min(self.k, l)
+        if t > l:
+            raise DPMarginalsError(f"cover = {t} exceeds the view size l = {l}")
+        return l, t
+
+    def plan(self, domain: Domain, n: int) -> Plan:
+        d = len(domain)
+        l, t = self._sizes(domain)
+        if self.m is None:
+            sets = cover_design(d, t, l)
+            assert sets is not None
+        else:
+            sets = select_marginals(d, t, l, self.m)
+        attrs = attribute_names(domain, sets)
+        cells = [domain.project(a).cells() for a in attrs]
+        if max(cells) > self.max_view_cells:
+            raise DPMarginalsError(
+                f"{self.name}: a view of {l} attributes has {max(cells):,} cells, over "
+                f"max_view_cells = {self.max_view_cells:,}; choose a smaller l")
+        m = len(attrs)
+        scale_t, scale_s = _rational_scale(m, self.epsilon)
+        scale = scale_t / scale_s
+        cell_var = discrete_laplace_variance(scale) / max(n, 1) ** 2
+        groups = tuple(GroupSpec(a, "discrete_laplace", self.epsilon, c)
+                       for a, c in zip(attrs, cells, strict=True))
+        params = {"k": self.k, "n": int(n), "model": "central", "l": l, "m": m, "cover": t,
+                  "scale": scale, "sensitivity": m,
+                  "neighbouring": "add or remove one record (n treated as public)",
+                  "report_bits": None, "table2_bits": None, "var0": cell_var,
+                  "variance_factor": None,
+                  "expected_sse": float(np.mean(cells)) * cell_var}
+        return Plan(self.name, self.epsilon, domain, groups, params)
+
+    def _sampler(self) -> str:
+        if self.sampler == "auto":
+            return "opendp" if _opendp_available() else "cks"
+        if self.sampler == "opendp" and not _opendp_available():
+            raise DPMarginalsError("sampler='opendp' needs OpenDP: pip install opendp")
+        return self.sampler
+
+    def run(self, data: Dataset, *, rng: RNGLike = None) -> Any:
+        from dpmarginals.local.calm import consistent_synopsis
+        from dpmarginals.local.collect import NoisyView
+
+        plan = self.plan(data.domain, data.n)
+        sampler = self._sampler()
+        scale_t, scale_s = _rational_scale(plan.m, self.epsilon)
+        src = client_rng(rng)  # OS entropy unless the simulation is seeded (cks only)
+        views = []
+        for spec in plan.groups:
+            counts = data.counts(spec.attributes).ravel()
+            if sampler == "opendp":
+                noisy = _opendp_noisy(counts, scale_t / scale_s, self.epsilon / plan.m)
+            else:
+                noisy = counts + discrete_laplace(scale_t, scale_s, counts.size, src)
+            table = (noisy / data.n).reshape(data.domain.project(spec.attributes).shape)
+            views.append(NoisyView(spec.attributes, table, data.n, plan.params["var0"]))
+        info = {"plan_hash": plan.hash, **plan.params, "noise_sampler": sampler,
+                "seeded_noise": sampler == "cks" and rng is not None}
+        return consistent_synopsis(data.domain, views, self.name, info,
+                                   max_rounds=self.max_rounds)

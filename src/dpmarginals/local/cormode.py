@@ -1,0 +1,258 @@
+"""The Cormode-Kulkarni-Srivastava family (SIGMOD'18, §4 and appendix B.2), and the registry.
+
+=============  ========================================  ==============================
+name           what the user sends                       implementation
+=============  ========================================  ==============================
+``inp_rr``     her full table, eps/2-RR per cell (PRR)   :class:`InpRR` = FC with SUE
+``inp_ps``     one cell of the full table by PS (GRR)    :class:`InpPS` = FC with GRR
+``inp_ht``     one Hadamard coefficient, eps-RR          :class:`~.fourier.InpHT` (= FT)
+``marg_rr``    a random k-way marginal, PRR per cell     :class:`MargRR` = AM with SUE
+``marg_ps``    one cell of a random k-way marginal, PS   :class:`MargPS` = AM with GRR
+``marg_ht``    one coefficient of a random marginal      :class:`~.fourier.MargHT`
+``inp_em``     every attribute by (eps/d)-RR             :class:`~.em.InpEM`
+``inp_olh``    her cell through OLH (B.2)                :class:`InpOLH` = FC with OLH
+``inp_htcms``  Apple's Hadamard count-mean sketch (B.2)  :class:`InpHTCMS`
+=============  ========================================  ==============================
+
+PRR is eps/2 randomized response on every bit (their Fact 3.2; SUE); Cormode et al.'s
+experiments used Wang et al.'s OUE probabilities instead ("these make little difference"),
+available as ``oracle="oue"``.  PS with p_s = (1 + (m - 1) e^-eps)^-1 is GRR (Fact 3.1).
+Users pick their marginal by the balanced random partition of the collection spine.
+
+:data:`BASELINES` maps every baseline name of issue #4 to its class (PriView imported only
+when made), for :data:`dpmarginals.methods._REGISTRY`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..dataset import Dataset
+from ..domain import Domain
+from ..errors import DPMarginalsError, check_epsilon
+from ..oracles import fwht
+from ..oracles._base import parity
+from ..plan import Plan
+from ..randomness import RNGLike, client_rng, simulation_rng
+from .binary_encoding import BE, BinaryEncoding
+from .direct import (
+    AM,
+    DEFAULT_MAX_MEMORY,
+    FC,
+    POSTPROCESS,
+    FullTableSynopsis,
+    bits_for,
+    check_choice,
+    check_k,
+    check_positive_int,
+    human_bytes,
+)
+from .em import EM, InpEM
+from .fourier import FT, InpHT, MargHT, _rr_signs, rr_keep
+
+__all__ = ["BASELINES", "InpHTCMS", "InpOLH", "InpPS", "InpRR", "MargPS", "MargRR"]
+
+HASH_PRIME = (1 << 31) - 1
+
+
+@dataclass
+class InpRR(FC):
+    """Parallel RR on the full input (Cormode et al. §4.2): FC with SUE (or OUE).
+
+    >>> dom = Domain(tuple(f"a{i}" for i in range(8)), (2,) * 8)
+    >>> InpRR(epsilon=1.0).plan(dom, 1000).params["report_bits"]
+    256
+    """
+
+    oracle: str = "sue"
+    name: ClassVar[str] = "inp_rr"
+    oracles: ClassVar[tuple[str, ...]] = ("sue", "oue")
+
+    def _table2_bits(self, domain: Domain) -> int | None:
+        return domain.cells()  # 2^d
+
+
+@dataclass
+class InpPS(FC):
+    """Preferential sampling on the full input (Cormode et al. §4.2): FC with GRR.
+
+    >>> dom = Domain(tuple(f"a{i}" for i in range(8)), (2,) * 8)
+    >>> InpPS(epsilon=1.0).plan(dom, 1000).params["report_bits"]
+    8
+    """
+
+    oracle: str = "grr"
+    name: ClassVar[str] = "inp_ps"
+    oracles: ClassVar[tuple[str, ...]] = ("grr",)
+
+    def _table2_bits(self, domain: Domain) -> int | None:
+        return BinaryEncoding(domain).d2  # d
+
+
+@dataclass
+class InpOLH(FC):
+    """Optimized local hashing of the full input (Cormode et al. B.2; Wang et al. 2017).
+
+    The aggregate path samples each cell's support count exactly (binomials); the
+    per-user path (``per_user=True``) makes and decodes every report, O(n |D|) work.
+    """
+
+    oracle: str = "olh"
+    name: ClassVar[str] = "inp_olh"
+    oracles: ClassVar[tuple[str, ...]] = ("olh",)
+
+
+@dataclass
+class MargRR(AM):
+    """Parallel RR on a random k-way marginal (Cormode et al. §4.3): AM with SUE (or OUE).
+
+    >>> dom = Domain(tuple(f"a{i}" for i in range(8)), (2,) * 8)
+    >>> MargRR(epsilon=1.0).plan(dom, 1000).params["report_bits"]
+    14
+    """
+
+    oracle: str = "sue"
+    name: ClassVar[str] = "marg_rr"
+    oracles: ClassVar[tuple[str, ...]] = ("sue", "oue")
+
+    def _table2_bits(self, d: int, k: int) -> int | None:
+        return d + 2**k
+
+
+@dataclass
+class MargPS(AM):
+    """Preferential sampling on a random k-way marginal (Cormode et al. §4.3): AM with GRR."""
+
+    oracle: str = "grr"
+    name: ClassVar[str] = "marg_ps"
+    oracles: ClassVar[tuple[str, ...]] = ("grr",)
+
+    def _table2_bits(self, d: int, k: int) -> int | None:
+        return d + k
+
+
+def _collision_probability(w: int) -> float:
+    """P[u mod w == u' mod w] for independent uniform u, u' in [0, P)."""
+    q, r = divmod(HASH_PRIME, w)
+    return (r * (q + 1) ** 2 + (w - r) * q**2) / HASH_PRIME**2
+
+
+def sketch_hashes(seed: int, g: int, w: int, cells: int) -> np.ndarray:
+    """h_j(x) = ((a x^2 + b x + c) mod P) mod w for x < cells, j < g: shape (g, cells).
+
+    Degree-2 polynomials with uniform coefficients mod P = 2^31 - 1 are 3-wise independent
+    (Cormode et al. B.2); the coefficients come from the public ``seed``.
+    """
+    gen = np.random.default_rng(seed)
+    coef = gen.integers(0, HASH_PRIME, size=(3, g, 1), dtype=np.int64)
+    x = np.arange(cells, dtype=np.int64)[None, :]
+    t = coef[0] * x % HASH_PRIME  # every product stays below 2^62
+    t = (t * x + coef[1] * x % HASH_PRIME + coef[2]) % HASH_PRIME
+    return t % w
+
+
+@dataclass
+class InpHTCMS:
+    """Apple's private Hadamard count-mean sketch on the full input (Cormode et al. B.2).
+
+    g hash functions (3-wise independent) map a cell x of the full table to [w].  A user
+    picks j in [g] and l in [w] uniformly, and sends (j, l, b): b is the sign
+    H_w[l, h_j(x)] through eps-randomized response.  The aggregator builds the sketch
+    M[j, c] = c_eps g sum_l S[j, l] H_w[l, c] (S: sums of reported signs, c_eps =
+    (e^eps + 1)/(e^eps - 1)), estimates every cell by (1/g) sum_j M[j, h_j(x)], removes the
+    expected collisions (exact collision probability of the family) and marginalises the
+    estimated full table.  Unbiased over the draw of the hash functions, which come from
+    the public ``hash_seed`` (drawn from the run's ``rng`` when None).  Defaults g = 5,
+    w = 256 as in B.2.  No analytic error is given by the papers; ``noise_sse`` in the plan
+    is the sketch's noise term only (hash collisions add a data-dependent error).
+    """
+
+    epsilon: float
+    k: int = 3
+    g: int = 5
+    w: int = 256
+    hash_seed: int | None = None
+    per_user: bool = False
+    postprocess: str = "none"
+    max_memory: int = DEFAULT_MAX_MEMORY
+    name: ClassVar[str] = "inp_htcms"
+
+    def __post_init__(self) -> None:
+        self.epsilon = check_epsilon(self.epsilon)
+        self.k = check_k(self.k)
+        self.g = check_positive_int(self.g, "g")
+        self.w = check_positive_int(self.w, "w", 2)
+        if self.w & (self.w - 1):
+            raise DPMarginalsError(f"w must be a power of two (Hadamard size), got {self.w}")
+        check_choice(self.postprocess, "postprocess", POSTPROCESS)
+
+    def plan(self, domain: Domain, n: int, *, hash_seed: int | None = None) -> Plan:
+        check_k(self.k, len(domain))
+        cells = domain.cells()
+        need = 8 * cells * (self.g + 4)
+        if need > self.max_memory or cells >= HASH_PRIME:
+            raise DPMarginalsError(
+                f"{self.name} estimates every cell of the full table ({cells:,} cells, d = "
+                f"{len(domain)}): about {human_bytes(need)} of memory, over the limit "
+                f"max_memory = {human_bytes(self.max_memory)}")
+        seed = hash_seed if hash_seed is not None else (self.hash_seed or 0)
+        p = rr_keep(self.epsilon)
+        coll = _collision_probability(self.w)
+        per_cell = 1.0 / ((2 * p - 1) ** 2 * n * (1 - coll) ** 2)
+        n_c = cells / 2**self.k
+        params = {"k": self.k, "n": int(n), "g": self.g, "w": self.w, "hash_seed": int(seed),
+                  "p": p, "collision_probability": coll,
+                  "report_bits": bits_for(self.g) + bits_for(self.w) + 1, "table2_bits": None,
+                  "var0": per_cell, "variance_factor": None, "expected_sse": None,
+                  "noise_sse": 2**self.k * per_cell * (n_c + n_c * (n_c - 1) / self.w)}
+        return Plan(self.name, self.epsilon, domain, (), params)
+
+    def run(self, data: Dataset, *, rng: RNGLike = None) -> FullTableSynopsis:
+        sim = simulation_rng(rng)
+        seed = self.hash_seed if self.hash_seed is not None else int(sim.integers(2**62))
+        plan = self.plan(data.domain, data.n, hash_seed=seed)
+        src = client_rng(None) if (self.per_user and rng is None) else sim
+        p, coll = plan.params["p"], plan.params["collision_probability"]
+        cells = data.domain.cells()
+        hashes = sketch_hashes(seed, self.g, self.w, cells)
+        x = data.cell_indices(data.domain.attributes)
+        j = np.asarray(src.integers(0, self.g, size=data.n), dtype=np.int64)
+        col = np.asarray(src.integers(0, self.w, size=data.n), dtype=np.int64)
+        signs = _rr_signs(parity(col & hashes[j, x]), p, src)
+        sums = np.bincount(j * self.w + col, weights=signs,
+                           minlength=self.g * self.w).reshape(self.g, self.w)
+        sketch = fwht(sums) * (self.g / (2 * p - 1))  # M[j, c]
+        est = sketch[np.arange(self.g)[:, None], hashes].mean(axis=0)  # per cell, counts
+        table = (est / data.n - coll) / (1 - coll)
+        info = {"plan_hash": plan.hash, **plan.params}
+        return FullTableSynopsis(data.domain, table, self.name, info, self.postprocess)
+
+
+def _priview(**params: Any) -> Any:
+    """Centralized PriView, imported on use (it lives in the central package)."""
+    from ..central.priview import PriView
+
+    return PriView(**params)
+
+
+BASELINES: dict[str, Callable[..., Any]] = {
+    "fc": FC,
+    "am": AM,
+    "ft": FT,
+    "em": EM,
+    "be": BE,
+    "priview": _priview,
+    "inp_rr": InpRR,
+    "inp_ps": InpPS,
+    "inp_ht": InpHT,
+    "marg_rr": MargRR,
+    "marg_ps": MargPS,
+    "marg_ht": MargHT,
+    "inp_em": InpEM,
+    "inp_olh": InpOLH,
+    "inp_htcms": InpHTCMS,
+}

@@ -1,0 +1,364 @@
+"""EM baselines: every user reports every attribute with eps/d (CALM §3.6; Cormode et al. §4.4).
+
+Each user perturbs each of her d attributes independently through a frequency oracle with
+budget eps/d (budget splitting; by composition the report is eps-LDP).  A marginal over Q is
+reconstructed by Expectation Maximization over the users' reported Q-tuples (Fanti et al.;
+``notes/calm-missing-pieces.md`` §4):
+
+    T <- T * (1/n) sum_j L_j / <L_j, T>,   L_j(v) = prod_{a in Q} l_a(y_a^j | v_a),
+
+with users grouped by identical reported tuples so one iteration costs O(#distinct tuples x
+cells), never a loop over users.  GRR likelihoods are p / q; OUE/SUE ones are
+(p/q)^{y[x]} ((1-p)/(1-q))^{1-y[x]} up to a factor independent of x.
+
+* ``em`` (CALM §3.6): the per-attribute oracle chosen adaptively (§5.1), EM initialised
+  with the unbiased estimator T(v) = (1/n) sum_j prod_a s_a(y_a^j, v_a),
+  s = (1[y = x] - q)/(p - q) for GRR and (y[x] - q)/(p - q) for unary encodings (its
+  Norm-Sub, floored at 1e-12); stop when no cell moves by ``tol`` = 1e-6, at most 1000
+  iterations (RAPPOR's values; CALM's are not given).
+* ``inp_em`` (Cormode et al. §4.4): (eps/d)-randomized response per attribute, uniform
+  start, Omega = ``tol`` = 1e-5 (their §5.4).
+
+**Failure detection.**  Cormode et al. (§4.4, Table 3) report that InpEM often "immediately
+terminates after a single step and outputs the prior (uniform) distribution".  For every
+marginal the synopsis records :class:`EMDiagnostics` and flags a failure when
+
+* ``stopped_at_prior``: the stopping rule fired at the first iteration from the uniform
+  prior, so the answer is the prior up to ``tol``, not an estimate from the reports; or
+* ``rejected``: the reports reject EM's answer in favour of the (Norm-Sub'd) unbiased
+  estimate by a likelihood-ratio test, 2 (l(T_unbiased) - l(T_em)) > chi2_{cells-1} at
+  level ``alpha`` (conservative: T_unbiased is not the maximiser).
+
+A failure is never returned silently: ``on_failure="warn"`` (default) issues an
+:class:`EMFailureWarning`, ``"raise"`` raises :class:`~dpmarginals.errors.DPMarginalsError`,
+``"fallback"`` warns and answers with the Norm-Sub'd unbiased estimate instead.  Counts are
+kept in ``synopsis.info`` (``em_queries``, ``em_failures``, ``em_stopped_at_prior``,
+``em_not_converged``) and per query in ``synopsis.diagnostics``.  ``em_stopped_at_start``
+also counts CALM-initialised runs that stopped at once: at small eps/d the likelihood is
+so flat that EM returns its (Norm-Sub'd unbiased) starting point, which is not flagged as
+a failure (the start is an estimate from the reports) but explains why EM does worse than
+the Uniform baseline there (CALM §5.2).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..dataset import Dataset
+from ..domain import Domain
+from ..errors import DPMarginalsError, check_epsilon
+from ..inference import norm_sub
+from ..oracles import adaptive_oracle, make_oracle
+from ..plan import Plan
+from ..randomness import RandomSource, RNGLike, client_rng
+from ..synopsis import Synopsis
+from ..table import MarginalTable
+from .direct import check_choice, check_k, check_positive_int
+
+__all__ = ["EM", "EMDiagnostics", "EMFailureWarning", "EMSynopsis", "InpEM", "em_marginal"]
+
+INITS = ("unbiased", "uniform")
+ON_FAILURE = ("warn", "raise", "fallback")
+ATTRIBUTE_ORACLES = ("adaptive", "grr", "oue", "sue")
+FLOOR = 1e-12
+
+
+class EMFailureWarning(UserWarning):
+    """EM returned an answer the reports do not support (e.g. it stopped at the prior)."""
+
+
+@dataclass(frozen=True)
+class EMDiagnostics:
+    """How the EM reconstruction of one marginal went."""
+
+    attributes: tuple[str, ...]
+    iterations: int
+    converged: bool
+    stopped_at_start: bool
+    stopped_at_prior: bool
+    lr_statistic: float
+    lr_pvalue: float
+    failed: bool
+    reason: str
+
+
+def _attribute_reports(
+    values: np.ndarray, size: int, name: str, epsilon: float, src: RandomSource
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One attribute's per-user reports as (class ids, likelihood matrix, score matrix).
+
+    Class r has likelihood ``lik[r, x]`` (up to a factor independent of x) and unbiased
+    indicator ``score[r, x]`` (E[score[class, x]] = 1[value = x]).
+    """
+    n = values.size
+    if size < 2:
+        return np.zeros(n, np.int64), np.ones((1, 1)), np.ones((1, 1))
+    oracle = make_oracle(name, epsilon, size)
+    p, q = oracle.p, oracle.q
+    reports = oracle.perturb(values, rng=src)
+    if name == "grr":
+        eye = np.eye(size)
+        return np.asarray(reports, np.int64), q + (p - q) * eye, (eye - q) / (p - q)
+    bits = oracle.unpack(reports)  # type: ignore[attr-defined]
+    patterns, classes = np.unique(bits, axis=0, return_inverse=True)
+    lik = np.where(patterns, p / q, (1 - p) / (1 - q))
+    return classes.ravel().astype(np.int64), lik, (patterns - q) / (p - q)
+
+
+def _joint(mats: Sequence[np.ndarray], rows: np.ndarray) -> np.ndarray:
+    """Row u: the outer product over attributes of mats[j][rows[u, j]] (C order)."""
+    out = mats[0][rows[:, 0]]
+    for j in range(1, len(mats)):
+        nxt = mats[j][rows[:, j]]
+        out = (out[:, :, None] * nxt[:, None, :]).reshape(rows.shape[0], -1)
+    return out
+
+
+def em_marginal(
+    lik: np.ndarray, weights: np.ndarray, start: np.ndarray, tol: float, max_iter: int
+) -> tuple[np.ndarray, int, bool]:
+    """EM for a mixture with known components: returns (T, iterations, converged).
+
+    ``lik`` (U, V): likelihood of report class u given cell v; ``weights`` (U,): fraction of
+    users in class u.  Stops when no cell moves by ``tol`` or after ``max_iter`` updates.
+    """
+    t = start.copy()
+    for it in range(1, max_iter + 1):
+        post = lik * t
+        new = (weights / post.sum(axis=1)) @ post
+        moved = float(np.abs(new - t).max())
+        t = new
+        if moved < tol:
+            return t, it, True
+    return t, max_iter, False
+
+
+def _loglik(lik: np.ndarray, weights: np.ndarray, t: np.ndarray) -> float:
+    return float(weights @ np.log(np.maximum(lik @ t, 1e-300)))
+
+
+@dataclass(eq=False)
+class EMSynopsis(Synopsis):
+    """Every user's per-attribute report classes (grouped), answering marginals by EM."""
+
+    kind: ClassVar[str] = "em_reports"
+    domain: Domain
+    classes: np.ndarray  # (U, d) distinct report-class tuples
+    counts: np.ndarray  # (U,) users per tuple
+    lik: list[np.ndarray]
+    score: list[np.ndarray]
+    init: str = "unbiased"
+    tol: float = 1e-6
+    max_iter: int = 1000
+    on_failure: str = "warn"
+    alpha: float = 1e-3
+    method: str = "em"
+    info: dict[str, Any] = field(default_factory=dict)
+    diagnostics: dict[tuple[str, ...], EMDiagnostics] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.classes = np.asarray(self.classes, np.int64).reshape(-1, len(self.domain))
+        self.counts = np.asarray(self.counts, np.int64)
+        self.lik = [np.asarray(x, float) for x in self.lik]
+        self.score = [np.asarray(x, float) for x in self.score]
+        check_choice(self.init, "init", INITS)
+        check_choice(self.on_failure, "on_failure", ON_FAILURE)
+        for key in ("em_queries", "em_failures", "em_stopped_at_prior", "em_stopped_at_start",
+                    "em_not_converged"):
+            self.info.setdefault(key, 0)
+        self._cache: dict[tuple[str, ...], np.ndarray] = {}
+
+    @property
+    def n(self) -> int:
+        return int(self.counts.sum())
+
+    def _grouped(self, attrs: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        cols = list(self.domain.indices(attrs))
+        uniq, inv = np.unique(self.classes[:, cols], axis=0, return_inverse=True)
+        weights = np.bincount(inv.ravel(), weights=self.counts, minlength=uniq.shape[0])
+        weights = weights / weights.sum()
+        lik = _joint([self.lik[c] for c in cols], uniq)
+        score = _joint([self.score[c] for c in cols], uniq)
+        return lik, weights, score
+
+    def unbiased_marginal(self, attrs: Sequence[str]) -> MarginalTable:
+        """The unbiased estimator EM starts from in CALM (cells may be negative)."""
+        attrs = tuple(attrs)
+        sub = self.domain.project(attrs)
+        _, weights, score = self._grouped(attrs)
+        return MarginalTable(sub, (weights @ score).reshape(sub.shape))
+
+    def marginal(self, attrs: Sequence[str]) -> MarginalTable:
+        attrs = tuple(attrs)
+        if not attrs:
+            raise DPMarginalsError("a marginal needs at least one attribute")
+        sub = self.domain.project(attrs)
+        if attrs in self._cache:
+            return MarginalTable(sub, self._cache[attrs].reshape(sub.shape))
+        lik, weights, score = self._grouped(attrs)
+        cells = lik.shape[1]
+        alt = np.maximum(norm_sub(weights @ score, 1.0), FLOOR)
+        alt /= alt.sum()
+        start = np.full(cells, 1.0 / cells) if self.init == "uniform" else alt
+        table, iters, converged = em_marginal(lik, weights, start, self.tol, self.max_iter)
+        diag = self._diagnose(attrs, lik, weights, alt, table, iters, converged)
+        self.diagnostics[attrs] = diag
+        self.info["em_queries"] += 1
+        self.info["em_failures"] += int(diag.failed)
+        self.info["em_stopped_at_prior"] += int(diag.stopped_at_prior)
+        self.info["em_stopped_at_start"] += int(diag.stopped_at_start)
+        self.info["em_not_converged"] += int(not diag.converged)
+        if diag.failed:
+            message = f"{self.method}: EM failed on the marginal over {list(attrs)}: {diag.reason}"
+            if self.on_failure == "raise":
+                raise DPMarginalsError(message)
+            if self.on_failure == "fallback":
+                message += "; answering with the Norm-Sub'd unbiased estimate instead"
+                table = norm_sub(weights @ score, 1.0)
+            warnings.warn(message, EMFailureWarning, stacklevel=2)
+        self._cache[attrs] = table
+        return MarginalTable(sub, table.reshape(sub.shape))
+
+    def _diagnose(self, attrs: tuple[str, ...], lik: np.ndarray, weights: np.ndarray,
+                  alt: np.ndarray, table: np.ndarray, iters: int,
+                  converged: bool) -> EMDiagnostics:
+        from scipy.stats import chi2
+
+        cells = lik.shape[1]
+        stat = max(2.0 * self.n * (_loglik(lik, weights, alt) - _loglik(lik, weights, table)),
+                   0.0)
+        pvalue = float(chi2.sf(stat, max(cells - 1, 1)))
+        at_start = converged and iters == 1
+        at_prior = at_start and self.init == "uniform"
+        rejected = pvalue < self.alpha
+        reasons = []
+        if at_prior:
+            reasons.append(f"it stopped at the uniform prior after one iteration (every cell "
+                           f"moved less than tol = {self.tol:g}; Cormode et al. Table 3)")
+        if rejected:
+            reasons.append(f"the reports reject its answer against the unbiased estimate "
+                           f"(likelihood ratio {stat:.1f} on {cells - 1} df, p = {pvalue:.2g})")
+        if not converged:
+            reasons.append(f"it did not converge in {self.max_iter} iterations")
+        return EMDiagnostics(attrs, iters, converged, at_start, at_prior, stat, pvalue,
+                             at_prior or rejected, "; ".join(reasons) or "ok")
+
+    def _payload(self) -> dict[str, Any]:
+        return {"info": self.info, "init": self.init, "tol": self.tol,
+                "max_iter": self.max_iter, "on_failure": self.on_failure, "alpha": self.alpha,
+                "classes": self.classes.tolist(), "counts": self.counts.tolist(),
+                "lik": [x.tolist() for x in self.lik], "score": [x.tolist() for x in self.score],
+                "diagnostics": [asdict(d) for d in self.diagnostics.values()]}
+
+    @classmethod
+    def _from_payload(cls, domain: Domain, method: str, payload: Mapping[str, Any]) -> Synopsis:
+        out = cls(domain, np.asarray(payload["classes"], np.int64),
+                  np.asarray(payload["counts"], np.int64),
+                  [np.asarray(x, float) for x in payload["lik"]],
+                  [np.asarray(x, float) for x in payload["score"]],
+                  str(payload["init"]), float(payload["tol"]), int(payload["max_iter"]),
+                  str(payload["on_failure"]), float(payload.get("alpha", 1e-3)), method,
+                  dict(payload.get("info", {})))
+        for d in payload.get("diagnostics", []):
+            diag = EMDiagnostics(**{**d, "attributes": tuple(d["attributes"])})
+            out.diagnostics[diag.attributes] = diag
+        return out
+
+
+@dataclass
+class EM:
+    """Budget-split reports of every attribute, marginals by EM; see the module docstring.
+
+    ``oracle``: the per-attribute frequency oracle, "adaptive" (CALM §2.2.3 with eps/d)
+    or "grr", "oue", "sue".  ``per_user`` is accepted for interface compatibility: EM always
+    randomizes every user's record (it needs the joint reports); with ``rng=None`` the
+    randomization draws from the OS CSPRNG.
+
+    >>> dom = Domain(tuple(f"a{i}" for i in range(8)), (2,) * 8)
+    >>> plan = EM(epsilon=1.0).plan(dom, 1000)
+    >>> plan.params["epsilon_per_attribute"], plan.params["report_bits"]
+    (0.125, 8)
+    """
+
+    epsilon: float
+    k: int = 3
+    init: str = "unbiased"
+    oracle: str = "adaptive"
+    tol: float = 1e-6
+    max_iter: int = 1000
+    on_failure: str = "warn"
+    alpha: float = 1e-3
+    per_user: bool = True
+    name: ClassVar[str] = "em"
+
+    def __post_init__(self) -> None:
+        self.epsilon = check_epsilon(self.epsilon)
+        self.k = check_k(self.k)
+        check_choice(self.init, "init", INITS)
+        check_choice(self.oracle, "oracle", ATTRIBUTE_ORACLES)
+        check_choice(self.on_failure, "on_failure", ON_FAILURE)
+        self.max_iter = check_positive_int(self.max_iter, "max_iter")
+        if not (0 < float(self.tol) < 1):
+            raise DPMarginalsError(f"tol must be in (0, 1), got {self.tol!r}")
+        if not (0 < float(self.alpha) < 1):
+            raise DPMarginalsError(f"alpha must be in (0, 1), got {self.alpha!r}")
+
+    def _oracles(self, domain: Domain) -> list[str]:
+        eps = self.epsilon / len(domain)
+        out = []
+        for size in domain.sizes:
+            if size < 2:
+                out.append("none")
+            elif self.oracle == "adaptive":
+                out.append(adaptive_oracle(eps, size).name)
+            else:
+                out.append(self.oracle)
+        return out
+
+    def plan(self, domain: Domain, n: int) -> Plan:
+        d = len(domain)
+        check_k(self.k, d)
+        eps = self.epsilon / d
+        names = self._oracles(domain)
+        bits = sum(make_oracle(o, eps, s).report_bits for o, s in zip(names, domain.sizes,
+                                                                        strict=True)
+                   if o != "none")
+        params = {"k": self.k, "n": int(n), "epsilon_per_attribute": eps,
+                  "attribute_oracles": names, "init": self.init, "tol": self.tol,
+                  "max_iter": self.max_iter, "report_bits": bits,
+                  "table2_bits": d if domain.is_binary() else None,
+                  "var0": None, "variance_factor": None, "expected_sse": None}
+        return Plan(self.name, self.epsilon, domain, (), params)
+
+    def run(self, data: Dataset, *, rng: RNGLike = None) -> EMSynopsis:
+        plan = self.plan(data.domain, data.n)
+        eps = plan.params["epsilon_per_attribute"]
+        src = client_rng(rng)  # OS entropy unless the simulation is seeded
+        columns, liks, scores = [], [], []
+        for j, (name, size) in enumerate(zip(plan.params["attribute_oracles"],
+                                             data.domain.sizes, strict=True)):
+            cls, lik, score = _attribute_reports(data.codes[:, j].astype(np.int64), size,
+                                                 name, eps, src)
+            columns.append(cls)
+            liks.append(lik)
+            scores.append(score)
+        uniq, counts = np.unique(np.column_stack(columns), axis=0, return_counts=True)
+        info = {"plan_hash": plan.hash, **plan.params, "distinct_reports": int(uniq.shape[0])}
+        return EMSynopsis(data.domain, uniq, counts, liks, scores, self.init, self.tol,
+                          self.max_iter, self.on_failure, self.alpha, self.name, info)
+
+
+@dataclass
+class InpEM(EM):
+    """Cormode et al.'s InpEM (§4.4): (eps/d)-RR per attribute, uniform start, Omega = 1e-5."""
+
+    init: str = "uniform"
+    oracle: str = "grr"
+    tol: float = 1e-5
+    max_iter: int = 10_000
+    name: ClassVar[str] = "inp_em"

@@ -1,0 +1,381 @@
+"""Fourier (Hadamard) methods: FT = InpHT, and MargHT (CALM §3.5; Cormode et al. §4.2-4.3).
+
+**InpHT / FT** (Cormode et al. Alg. 1-2, Lemma 3.7; CALM §3.5 and appendix A.1 as
+reconstructed in ``notes/calm-missing-pieces.md`` §5).  A user with bits j in {0,1}^d is
+assigned one coefficient index alpha from T = {alpha : 1 <= |alpha| <= k}, computes
+s = (-1)^{popcount(alpha & j)} and sends (alpha, b) with b = s w.p. p = e^eps / (1 + e^eps)
+and -s otherwise.  The aggregator estimates f_alpha = E[s] by
+``sum(b) / (N_alpha (2p - 1))`` (unbiased) and answers a marginal over bits beta by the
+inverse Walsh-Hadamard transform ``C[gamma] = 2^-|beta| sum_{alpha <= beta}
+(-1)^{popcount(alpha & gamma)} f_alpha`` (f_0 = 1).  CALM's FT and Cormode et al.'s InpHT
+are this one algorithm; :class:`FT` differs from :class:`InpHT` only in its name.
+
+Users are split evenly over the coefficients by a uniformly random partition (as CALM and
+AM split users into groups; Cormode et al.'s users sample an index, which has the same
+expected variance but may leave a coefficient without reports).
+
+Non-binary attributes are binary-encoded (:class:`~.binary_encoding.BinaryEncoding`).
+``support="bits"`` (default) collects every coefficient of weight <= k2 over the d2 bits,
+as CALM §5.3 does (8 ternary attributes: d2 = 16, k2 = 6, 14,892 coefficients, "14893
+Var0"); ``support="attributes"`` collects only coefficients touching at most k attributes
+(1,788 for the same data), all a k-way query needs.  Answers drop the cells of invalid
+codes (true mass 0), which keeps them unbiased.
+
+**Variance** (f -> 0, our algebra; CALM eq. 6 is the approximation ``sum_{s<=k} C(d, s)
+Var0``): each coefficient has ``Var f_alpha <= 1 / ((2p-1)^2 N_alpha)`` with N_alpha ~ n/|T|,
+and ``1/(2p-1)^2 = 1 + 4e^eps/(e^eps-1)^2``, i.e. ``n Var0 + 1`` with CALM's OUE Var0.  A
+b-bit marginal sums 2^b - 1 coefficients with weight 2^-b per cell, so its expected SSE is
+``(1 - 2^-b) |T| / ((2p-1)^2 n)``: for d = 8, k = 3, ``80.5 (Var0 + 1/n)`` against CALM's
+93 Var0 (CALM counts the constant coefficient and the 2^k-th term).
+
+**MargHT** (Cormode et al. §4.3): users split over the C(d, k) marginals; within marginal
+beta, over its 2^k - 1 non-constant coefficients; no sharing between marginals.  Expected
+SSE ``(2^k - 1)^2 C(d, k) / (2^k (2p-1)^2 n)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import combinations, product
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..dataset import Dataset
+from ..domain import Domain
+from ..errors import DPMarginalsError, check_epsilon
+from ..oracles import fwht
+from ..oracles._base import parity
+from ..plan import GroupSpec, Plan
+from ..randomness import RandomSource, RNGLike, client_rng, simulation_rng
+from ..synopsis import Synopsis
+from ..table import MarginalTable
+from .binary_encoding import BinaryEncoding
+from .collect import assign_groups
+from .direct import (
+    POSTPROCESS,
+    MarginalsSynopsis,
+    apply_postprocess,
+    bits_for,
+    check_choice,
+    check_k,
+    check_positive_int,
+)
+
+__all__ = ["FT", "FourierSynopsis", "InpHT", "MargHT", "coefficient_masks"]
+
+SUPPORTS = ("bits", "attributes")
+
+
+def rr_keep(epsilon: float) -> float:
+    """p = e^eps / (1 + e^eps): binary randomized response keeps the true sign."""
+    return 1.0 / (1.0 + math.exp(-epsilon))
+
+
+def coefficient_count(enc: BinaryEncoding, k: int, support: str) -> int:
+    """|T| without enumerating it."""
+    if support == "bits":
+        return sum(math.comb(enc.d2, s) for s in range(1, enc.k_bits(k) + 1))
+    e = [1] + [0] * k  # elementary symmetric sums of (2^b_a - 1)
+    for b in enc.bits:
+        for j in range(k, 0, -1):
+            e[j] += e[j - 1] * ((1 << b) - 1)
+    return sum(e[1:])
+
+
+def coefficient_masks(enc: BinaryEncoding, k: int, support: str) -> np.ndarray:
+    """The sorted coefficient set T as int64 bit masks over the encoded code.
+
+    >>> enc = BinaryEncoding(Domain(("a", "b", "c"), (2, 2, 2)))
+    >>> coefficient_masks(enc, 2, "bits").tolist()
+    [1, 2, 3, 4, 5, 6]
+    """
+    out: list[int] = []
+    if support == "bits":
+        for s in range(1, enc.k_bits(k) + 1):
+            out.extend(sum(1 << i for i in c) for c in combinations(range(enc.d2), s))
+    else:
+        wide = [i for i, b in enumerate(enc.bits) if b]
+        for s in range(1, min(k, len(wide)) + 1):
+            for attrs in combinations(wide, s):
+                parts = [[m << enc.offsets[i] for m in range(1, 1 << enc.bits[i])]
+                         for i in attrs]
+                out.extend(sum(p) for p in product(*parts))
+    return np.unique(np.asarray(out, dtype=np.int64))
+
+
+def _local_codes(codes: np.ndarray, global_bits: Sequence[int]) -> np.ndarray:
+    """The bits at ``global_bits`` gathered into a b-bit integer (first = most significant)."""
+    b = len(global_bits)
+    out = np.zeros(codes.shape, dtype=np.int64)
+    for pos, gb in enumerate(global_bits):
+        out |= ((codes >> gb) & 1) << (b - 1 - pos)
+    return out
+
+
+def _rr_signs(bits: np.ndarray, p: float, src: RandomSource) -> np.ndarray:
+    """Randomized response on parity bits; returns the reported signs +-1 (float)."""
+    flip = np.asarray(src.random(bits.size)) >= p
+    return 1.0 - 2.0 * (bits ^ flip)
+
+
+def _expected_sse_query(cells: int, b: int, per_coeff_users: float, p: float) -> float:
+    """Expected SSE of a b-bit marginal with ``cells`` valid cells (f -> 0 bound)."""
+    if b == 0:
+        return 0.0
+    return cells * ((1 << b) - 1) / (4.0**b * (2 * p - 1) ** 2 * per_coeff_users)
+
+
+@dataclass(eq=False)
+class FourierSynopsis(Synopsis):
+    """Estimated Hadamard coefficients f_alpha (alpha as bit masks over the binary encoding).
+
+    ``counts[i]`` is the number of reports behind ``values[i]``.  Marginals come from the
+    inverse Walsh-Hadamard transform over the query's bits (invalid codes dropped).
+    """
+
+    kind: ClassVar[str] = "fourier"
+    domain: Domain
+    masks: np.ndarray
+    values: np.ndarray
+    counts: np.ndarray
+    method: str = "inp_ht"
+    info: dict[str, Any] = field(default_factory=dict)
+    postprocess: str = "none"
+
+    def __post_init__(self) -> None:
+        self.masks = np.asarray(self.masks, dtype=np.int64)
+        self.values = np.asarray(self.values, dtype=np.float64)
+        self.counts = np.asarray(self.counts, dtype=np.int64)
+        if not (self.masks.shape == self.values.shape == self.counts.shape):
+            raise DPMarginalsError("masks, values and counts must have the same length")
+        if self.masks.size > 1 and (np.diff(self.masks) <= 0).any():
+            order = np.argsort(self.masks)
+            self.masks, self.values, self.counts = (self.masks[order], self.values[order],
+                                                    self.counts[order])
+        check_choice(self.postprocess, "postprocess", POSTPROCESS)
+
+    def coefficients(self, global_masks: np.ndarray) -> np.ndarray:
+        """f_alpha for each mask (f_0 = 1); a mask not collected is an error."""
+        pos = np.searchsorted(self.masks, global_masks)
+        pos_c = np.minimum(pos, max(self.masks.size - 1, 0))
+        found = (pos < self.masks.size) & (self.masks[pos_c] == global_masks)
+        missing = ~found & (global_masks != 0)
+        if missing.any():
+            raise DPMarginalsError(
+                f"the {self.method} synopsis has no coefficient for bit mask "
+                f"{int(global_masks[missing][0]):#x}: it was collected for smaller marginals "
+                f"(k = {self.info.get('k')}); collect with a larger k")
+        return np.where(global_masks == 0, 1.0, np.where(found, self.values[pos_c], 0.0))
+
+    def marginal(self, attrs: Sequence[str]) -> MarginalTable:
+        attrs = tuple(attrs)
+        if not attrs:
+            raise DPMarginalsError("a marginal needs at least one attribute")
+        sub = self.domain.project(attrs)
+        enc = BinaryEncoding(self.domain)
+        gbits = enc.global_bits(attrs)
+        b = len(gbits)
+        if b == 0:
+            return MarginalTable(sub, np.ones(sub.shape))
+        local = np.arange(1 << b, dtype=np.int64)
+        gmask = np.zeros(1 << b, dtype=np.int64)
+        for pos, gb in enumerate(gbits):
+            gmask |= ((local >> (b - 1 - pos)) & 1) << gb
+        cells = fwht(self.coefficients(gmask)) / float(1 << b)
+        values = enc.decode(attrs, cells)
+        return MarginalTable(sub, apply_postprocess(values, self.postprocess))
+
+    def _payload(self) -> dict[str, Any]:
+        return {"info": self.info, "postprocess": self.postprocess,
+                "masks": self.masks.tolist(), "values": self.values.tolist(),
+                "counts": self.counts.tolist()}
+
+    @classmethod
+    def _from_payload(cls, domain: Domain, method: str, payload: Mapping[str, Any]) -> Synopsis:
+        return cls(domain, np.asarray(payload["masks"], np.int64),
+                   np.asarray(payload["values"], float), np.asarray(payload["counts"], np.int64),
+                   method, dict(payload.get("info", {})), str(payload.get("postprocess", "none")))
+
+
+@dataclass
+class InpHT:
+    """Input Hadamard transform (Cormode et al. §4.2) = CALM's FT (§3.5); module docstring.
+
+    ``per_user``: the Fourier methods always randomize every user's report (it is O(n)
+    vectorized work); with ``per_user=True`` and ``rng=None`` the randomization draws from
+    the OS CSPRNG.  ``max_coefficients`` bounds |T| (memory and plan size).
+
+    >>> dom = Domain(tuple(f"a{i}" for i in range(8)), (2,) * 8)
+    >>> params = InpHT(epsilon=1.0, k=3).plan(dom, 2**16).params
+    >>> params["coefficients"], params["variance_factor"], params["report_bits"]
+    (92, 93, 8)
+    """
+
+    epsilon: float
+    k: int = 3
+    support: str = "bits"
+    per_user: bool = False
+    postprocess: str = "none"
+    max_coefficients: int = 2**22
+    name: ClassVar[str] = "inp_ht"
+
+    def __post_init__(self) -> None:
+        self.epsilon = check_epsilon(self.epsilon)
+        self.k = check_k(self.k)
+        check_choice(self.support, "support", SUPPORTS)
+        check_choice(self.postprocess, "postprocess", POSTPROCESS)
+        self.max_coefficients = check_positive_int(self.max_coefficients, "max_coefficients")
+
+    def _check(self, domain: Domain, n: int) -> tuple[BinaryEncoding, int]:
+        d = len(domain)
+        check_k(self.k, d)
+        enc = BinaryEncoding(domain)
+        count = coefficient_count(enc, self.k, self.support)
+        if count == 0:
+            raise DPMarginalsError("every attribute has a single value: nothing to estimate")
+        if count > self.max_coefficients:
+            raise DPMarginalsError(
+                f"{self.name} needs {count:,} Fourier coefficients for k = {self.k} over "
+                f"{enc.d2} bits (over the limit max_coefficients = {self.max_coefficients:,})"
+                f" and at least as many users; use calm")
+        if n < count:
+            raise DPMarginalsError(
+                f"{self.name} needs at least {count:,} users (one per Fourier coefficient of "
+                f"weight <= {enc.k_bits(self.k)} over {enc.d2} bits); the data has {n:,}")
+        if enc.d2 > 62:
+            raise DPMarginalsError(f"{self.name} supports at most 62 encoded bits, got {enc.d2}")
+        return enc, count
+
+    def plan(self, domain: Domain, n: int) -> Plan:
+        """Public parameters only: T is determined by (domain, k, support)."""
+        enc, count = self._check(domain, n)
+        p = rr_keep(self.epsilon)
+        e = math.exp(self.epsilon)
+        var0 = 4 * e / ((e - 1) ** 2 * n)
+        if self.support == "bits":
+            factor = sum(math.comb(enc.d2, s) for s in range(enc.k_bits(self.k) + 1))
+        else:
+            factor = count + 1
+        sse = _mean_over_queries(domain, self.k, lambda cells, b: _expected_sse_query(
+            cells, b, n / count, p))
+        params = {"k": self.k, "n": int(n), "support": self.support, "coefficients": count,
+                  "k_bits": enc.k_bits(self.k), "d_bits": enc.d2, "p": p,
+                  "report_bits": bits_for(count) + 1, "table2_bits": enc.d2 + 1,
+                  "var0": var0, "variance_factor": factor, "expected_sse": sse}
+        return Plan(self.name, self.epsilon, domain, (), params)
+
+    def run(self, data: Dataset, *, rng: RNGLike = None) -> FourierSynopsis:
+        plan = self.plan(data.domain, data.n)
+        enc = BinaryEncoding(data.domain)
+        masks = coefficient_masks(enc, self.k, self.support)
+        sim = simulation_rng(rng)
+        src = client_rng(None) if (self.per_user and rng is None) else sim
+        which = assign_groups(data.n, masks.size, rng=sim)
+        bits = parity(enc.encode_codes(data) & masks[which])
+        signs = _rr_signs(bits, plan.params["p"], src)
+        counts = np.bincount(which, minlength=masks.size)
+        sums = np.bincount(which, weights=signs, minlength=masks.size)
+        values = sums / (counts * (2 * plan.params["p"] - 1))
+        info = {"plan_hash": plan.hash, **plan.params}
+        return FourierSynopsis(data.domain, masks, values, counts, self.name, info,
+                               self.postprocess)
+
+
+@dataclass
+class FT(InpHT):
+    """CALM's FT (§3.5): the same algorithm as :class:`InpHT`, under CALM's name."""
+
+    name: ClassVar[str] = "ft"
+
+
+def _mean_over_queries(domain: Domain, k: int, sse: Any, limit: int = 20_000) -> float | None:
+    """Mean of ``sse(valid cells, bits)`` over the k-sets of attributes (None if too many)."""
+    enc = BinaryEncoding(domain)
+    if math.comb(len(domain), k) > limit:
+        return None
+    vals = [sse(math.prod(domain.sizes[i] for i in idx), sum(enc.bits[i] for i in idx))
+            for idx in combinations(range(len(domain)), k)]
+    return float(np.mean(vals))
+
+
+@dataclass
+class MargHT:
+    """Hadamard transform of a random marginal (Cormode et al. §4.3); module docstring.
+
+    >>> dom = Domain(tuple(f"a{i}" for i in range(8)), (2,) * 8)
+    >>> params = MargHT(epsilon=1.0, k=3).plan(dom, 2**16).params
+    >>> params["report_bits"], params["table2_bits"]
+    (10, 12)
+    """
+
+    epsilon: float
+    k: int = 3
+    per_user: bool = False
+    postprocess: str = "none"
+    name: ClassVar[str] = "marg_ht"
+
+    def __post_init__(self) -> None:
+        self.epsilon = check_epsilon(self.epsilon)
+        self.k = check_k(self.k)
+        check_choice(self.postprocess, "postprocess", POSTPROCESS)
+
+    def plan(self, domain: Domain, n: int) -> Plan:
+        d = len(domain)
+        k = check_k(self.k, d)
+        enc = BinaryEncoding(domain)
+        m = math.comb(d, k)
+        groups, widths = [], []
+        for idx in combinations(range(d), k):
+            attrs = tuple(domain.attributes[i] for i in idx)
+            groups.append(GroupSpec(attrs, "ht", self.epsilon, domain.project(attrs).cells()))
+            widths.append(sum(enc.bits[i] for i in idx))
+        most = (1 << max(widths)) - 1
+        if n // m < most:
+            raise DPMarginalsError(
+                f"{self.name} needs at least C({d}, {k}) x {most} = {m * most:,} users (one "
+                f"per non-constant coefficient of each {k}-way marginal); the data has {n:,}")
+        p = rr_keep(self.epsilon)
+        e = math.exp(self.epsilon)
+        sse = float(np.mean([_expected_sse_query(g.cells, b, (n / m) / ((1 << b) - 1), p)
+                             for g, b in zip(groups, widths, strict=True)]))
+        params = {"k": k, "n": int(n), "m": m, "p": p,
+                  "report_bits": bits_for(m) + max(widths) + 1,
+                  "table2_bits": enc.d2 + enc.k_bits(k) + 1,
+                  "var0": 4 * e / ((e - 1) ** 2 * n),
+                  "variance_factor": None, "expected_sse": sse}
+        return Plan(self.name, self.epsilon, domain, tuple(groups), params)
+
+    def run(self, data: Dataset, *, rng: RNGLike = None) -> MarginalsSynopsis:
+        plan = self.plan(data.domain, data.n)
+        p = plan.params["p"]
+        enc = BinaryEncoding(data.domain)
+        codes = enc.encode_codes(data)
+        sim = simulation_rng(rng)
+        src = client_rng(None) if (self.per_user and rng is None) else sim
+        groups = assign_groups(data.n, plan.m, rng=sim)
+        order = np.argsort(groups, kind="stable")
+        bounds = np.searchsorted(groups[order], np.arange(plan.m + 1))
+        views, variances = [], []
+        for g, spec in enumerate(plan.groups):
+            members = order[bounds[g] : bounds[g + 1]]
+            gbits = enc.global_bits(spec.attributes)
+            b = len(gbits)
+            coeffs = np.ones(1 << b)
+            var = 0.0
+            if b:
+                local = _local_codes(codes[members], gbits)
+                alpha = assign_groups(members.size, (1 << b) - 1, rng=sim) + 1
+                signs = _rr_signs(parity(local & alpha), p, src)
+                counts = np.bincount(alpha, minlength=1 << b)
+                sums = np.bincount(alpha, weights=signs, minlength=1 << b)
+                coeffs[1:] = sums[1:] / (counts[1:] * (2 * p - 1))
+                var = float((1.0 / ((2 * p - 1) ** 2 * counts[1:])).sum() / 4.0**b)
+            table = enc.decode(spec.attributes, fwht(coeffs) / float(1 << b))
+            views.append((spec.attributes, table))
+            variances.append(var)
+        info = {"plan_hash": plan.hash, **plan.params}
+        return MarginalsSynopsis(data.domain, views, variances, self.name, info,
+                                 self.postprocess)
