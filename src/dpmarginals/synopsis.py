@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
@@ -15,7 +16,7 @@ from .domain import Domain
 from .errors import DPMarginalsError
 from .table import MarginalTable
 
-__all__ = ["Synopsis", "UniformSynopsis", "ViewSynopsis", "load_synopsis"]
+__all__ = ["Synopsis", "UniformSynopsis", "ViewSynopsis", "load_synopsis", "synopsis_from_dict"]
 
 _FORMAT = "dpmarginals.synopsis"
 _KINDS: dict[str, type[Synopsis]] = {}
@@ -62,10 +63,13 @@ class Synopsis(ABC):
     @abstractmethod
     def _from_payload(cls, domain: Domain, method: str, payload: Mapping[str, Any]) -> Synopsis: ...
 
-    def save(self, path: str | Path) -> None:
-        body = {"format": _FORMAT, "version": 1, "kind": self.kind, "method": self.method,
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-serialisable form that :func:`synopsis_from_dict` reads back."""
+        return {"format": _FORMAT, "version": 1, "kind": self.kind, "method": self.method,
                 "domain": self.domain.to_dict(), **self._payload()}
-        Path(path).write_text(json.dumps(body))
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict()))
 
     @staticmethod
     def load(path: str | Path) -> Synopsis:
@@ -82,10 +86,21 @@ def load_synopsis(path: str | Path) -> Synopsis:
         raise DPMarginalsError(f"synopsis {str(path)!r} is not valid JSON: {exc}") from None
     if not isinstance(body, dict) or body.get("format") != _FORMAT:
         raise DPMarginalsError(f"{str(path)!r} is not a dpmarginals synopsis")
+    return synopsis_from_dict(body)
+
+
+def synopsis_from_dict(body: Mapping[str, Any]) -> Synopsis:
+    """Rebuild a synopsis from :meth:`Synopsis.to_dict` output (any registered kind)."""
+    importlib.import_module(".methods", __package__)  # registers every method's synopsis kind
     kind = body.get("kind")
     if kind not in _KINDS:
         raise DPMarginalsError(f"synopsis kind {kind!r} is unknown; known: {sorted(_KINDS)}")
-    return _KINDS[kind]._from_payload(Domain.from_dict(body["domain"]), body["method"], body)
+    try:
+        return _KINDS[kind]._from_payload(Domain.from_dict(body["domain"]), body["method"], body)
+    except (KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, DPMarginalsError):
+            raise
+        raise DPMarginalsError(f"malformed {kind!r} synopsis: {exc!r}") from None
 
 
 @dataclass(eq=False)

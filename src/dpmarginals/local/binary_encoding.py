@@ -154,19 +154,13 @@ class EncodedSynopsis(Synopsis):
         return MarginalTable(sub, values)
 
     def _payload(self) -> dict[str, Any]:
-        inner = {"kind": self.inner.kind, "method": self.inner.method,
-                 "domain": self.inner.domain.to_dict(), **self.inner._payload()}
-        return {"info": self.info, "inner": inner}
+        return {"info": self.info, "inner": self.inner.to_dict()}
 
     @classmethod
     def _from_payload(cls, domain: Domain, method: str, payload: Mapping[str, Any]) -> Synopsis:
-        from ..synopsis import _KINDS  # the kind registry (load_synopsis's, for a nested one)
+        from ..synopsis import synopsis_from_dict
 
-        body = payload["inner"]
-        if body.get("kind") not in _KINDS:
-            raise DPMarginalsError(f"inner synopsis kind {body.get('kind')!r} is unknown")
-        inner = _KINDS[body["kind"]]._from_payload(Domain.from_dict(body["domain"]),
-                                                   body["method"], body)
+        inner = synopsis_from_dict(payload["inner"])
         return cls(domain, inner, method, dict(payload.get("info", {})))
 
 
