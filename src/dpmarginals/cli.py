@@ -11,47 +11,17 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 
-from .errors import DPMarginalsError, check_epsilon
+from .argtypes import OneLineParser
+from .argtypes import epsilon as _epsilon
+from .argtypes import open_fraction as _fraction
+from .argtypes import positive_int as _positive_int
+from .errors import DPMarginalsError
 
 __all__ = ["main"]
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
-    return value
-
-
-def _epsilon(text: str) -> float:
-    try:
-        return check_epsilon(text)
-    except DPMarginalsError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {value}")
-    return value
 
 
 # -- commands -------------------------------------------------------------------------
@@ -197,7 +167,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 # -- parser ---------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = OneLineParser(
         prog="dpmarginals",
         description="Release marginal tables of multi-attribute data under differential "
         "privacy (CALM and the methods it is compared with).",
@@ -206,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
     parser.add_argument("--version", action="version", version=f"dpmarginals {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
 
     p = sub.add_parser("demo", help="a local-DP release end to end on the built-in data set",
                        description="Run CALM on the built-in real survey data set (no files "

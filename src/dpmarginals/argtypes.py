@@ -1,0 +1,64 @@
+"""argparse pieces shared by every ``dpmarginals`` subcommand: one-line errors, value types."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import NoReturn
+
+from .errors import DPMarginalsError, check_epsilon
+
+__all__ = ["OneLineParser", "epsilon", "number_in", "open_fraction", "positive_int", "validated"]
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line: ``PROG: error: ... (see --help)``."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def validated(check: Callable[[str], object]) -> Callable[[str], object]:
+    """An argparse type from a checker that raises :class:`DPMarginalsError`."""
+
+    def convert(text: str) -> object:
+        try:
+            return check(text)
+        except DPMarginalsError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = getattr(check, "__name__", "value")
+    return convert
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
+    return value
+
+
+def number_in(low: float, high: float, *, low_open: bool = True,
+              high_open: bool = True) -> Callable[[str], float]:
+    """A float type accepting values between ``low`` and ``high`` (open ends by default)."""
+
+    def convert(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        above = value > low if low_open else value >= low
+        below = value < high if high_open else value <= high
+        if not (above and below):
+            span = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+            raise argparse.ArgumentTypeError(f"expected a number in {span}, got {value:g}")
+        return value
+
+    return convert
+
+
+epsilon = validated(check_epsilon)
+open_fraction = number_in(0.0, 1.0)
