@@ -240,6 +240,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_cmd_run)
 
+    from .central.command import register as register_central
+
+    register_central(sub)
+
     p = sub.add_parser("query", help="answer a marginal from a saved synopsis",
                        description="Answer one marginal from a synopsis saved by `run --out`.")
     p.add_argument("synopsis", help="synopsis JSON file")

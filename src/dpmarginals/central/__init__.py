@@ -1,0 +1,33 @@
+"""Central DP marginals for sparse records (Gopi–Mahabadi–Yekhanin) and centralized PriView.
+
+Names are imported lazily so that the CLI's ``--help`` stays fast.
+
+>>> from dpmarginals.central import DPMarginals, SparseRecords
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "DPMarginals": "dp_marginals",
+    "DPMarginalsResult": "dp_marginals",
+    "Level": "dp_marginals",
+    "spurious_fraction": "dp_marginals",
+    "true_counts": "dp_marginals",
+    "PrivacyBudget": "accounting",
+    "plan_budget": "accounting",
+    "zcdp_epsilon": "accounting",
+    "zcdp_rho": "accounting",
+    "SparseRecords": "sparse",
+    "read_records": "sparse",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(f"module 'dpmarginals.central' has no attribute {name!r}")
