@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import numpy as np
+
 
 class DPMarginalsError(ValueError):
     """Bad input: the message names the field and the offending value."""
@@ -20,3 +24,24 @@ def check_epsilon(epsilon: float, field: str = "epsilon") -> float:
     if not (value > 0 and value < float("inf")):
         raise DPMarginalsError(f"{field} must be a finite number > 0, got {epsilon!r}")
     return value
+
+
+def check_k(k: object, d: int | None = None) -> int:
+    """k: an integer >= 1 (and <= d when d is given)."""
+    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
+        raise DPMarginalsError(f"k must be an integer >= 1, got {k!r}")
+    if d is not None and k > d:
+        raise DPMarginalsError(f"k = {k} exceeds the number of attributes d = {d}")
+    return int(k)
+
+
+def check_positive_int(value: object, field_name: str, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+        raise DPMarginalsError(f"{field_name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def check_choice(value: object, field_name: str, choices: Sequence[str]) -> str:
+    if value not in choices:
+        raise DPMarginalsError(f"{field_name} must be one of {list(choices)}, got {value!r}")
+    return str(value)

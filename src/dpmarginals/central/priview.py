@@ -160,7 +160,7 @@ class PriView:
     name: ClassVar[str] = "priview"
 
     def __post_init__(self) -> None:
-        from dpmarginals.local.direct import check_choice, check_k
+        from dpmarginals.errors import check_choice, check_k
 
         self.epsilon = check_epsilon(self.epsilon)
         self.k = check_k(self.k)

@@ -29,12 +29,12 @@ import numpy as np
 
 from ..dataset import Dataset
 from ..domain import Domain
-from ..errors import DPMarginalsError, check_epsilon
+from ..errors import DPMarginalsError, check_epsilon, check_k
 from ..plan import Plan
 from ..randomness import RNGLike
 from ..synopsis import Synopsis
 from ..table import MarginalTable
-from .direct import bits_for, check_k
+from .direct import bits_for
 
 __all__ = ["BE", "BinaryEncoding", "EncodedSynopsis"]
 

@@ -16,12 +16,16 @@ import warnings
 from dataclasses import dataclass
 from typing import ClassVar
 
-import numpy as np
-
 from ..covering import covering_size
 from ..dataset import Dataset
 from ..domain import Domain
-from ..errors import DPMarginalsError, check_epsilon
+from ..errors import (
+    DPMarginalsError,
+    check_choice,
+    check_epsilon,
+    check_k,
+    check_positive_int,
+)
 from ..inference import ConsistencyWarning, make_consistent
 from ..oracles import adaptive_oracle, best_oracle
 from ..plan import GroupSpec, Plan, attribute_names
@@ -105,20 +109,17 @@ class CALM:
 
     def __post_init__(self) -> None:
         self.epsilon = check_epsilon(self.epsilon)
-        if not isinstance(self.k, int | np.integer) or self.k < 1:
-            raise DPMarginalsError(f"k must be an integer >= 1, got {self.k!r}")
-        if self.oracle not in ORACLES:
-            raise DPMarginalsError(f"oracle must be one of {list(ORACLES)}, got {self.oracle!r}")
-        for field_name in ("m", "l"):
-            value = getattr(self, field_name)
-            if value is not None and (not isinstance(value, int | np.integer) or value < 1):
-                raise DPMarginalsError(f"{field_name} must be an integer >= 1, got {value!r}")
+        self.k = check_k(self.k)
+        check_choice(self.oracle, "oracle", ORACLES)
+        if self.m is not None:
+            self.m = check_positive_int(self.m, "m")
+        if self.l is not None:
+            self.l = check_positive_int(self.l, "l")
 
     def plan(self, domain: Domain, n: int) -> Plan:
         """The public plan: m attribute sets of size l, each with its oracle."""
         d = len(domain)
-        if self.k > d:
-            raise DPMarginalsError(f"k = {self.k} exceeds the number of attributes d = {d}")
+        check_k(self.k, d)
         choice = choose_marginals(n, d, self.epsilon, self.k, self.theta, sizes=domain.sizes)
         l = self.l if self.l is not None else choice.l
         if l > d:

@@ -36,12 +36,18 @@ import numpy as np
 
 from ..dataset import Dataset
 from ..domain import Domain
-from ..errors import DPMarginalsError, check_epsilon
+from ..errors import (
+    DPMarginalsError,
+    check_choice,
+    check_epsilon,
+    check_k,
+    check_positive_int,
+)
 from ..inference import norm_sub, project
 from ..oracles import adaptive_oracle, best_oracle, make_oracle
 from ..plan import GroupSpec, Plan
 from ..randomness import RNGLike
-from ..synopsis import Synopsis
+from ..synopsis import Synopsis, check_query
 from ..table import MarginalTable
 from .collect import collect
 
@@ -73,27 +79,6 @@ def human_bytes(nbytes: float) -> str:
             return f"{value:.1f} {unit}"
         value /= 1000
     return f"{value:.1f} PB"
-
-
-def check_k(k: object, d: int | None = None) -> int:
-    """k: an integer >= 1 (and <= d when d is given)."""
-    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
-        raise DPMarginalsError(f"k must be an integer >= 1, got {k!r}")
-    if d is not None and k > d:
-        raise DPMarginalsError(f"k = {k} exceeds the number of attributes d = {d}")
-    return int(k)
-
-
-def check_positive_int(value: object, field_name: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
-        raise DPMarginalsError(f"{field_name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
-
-
-def check_choice(value: object, field_name: str, choices: Sequence[str]) -> str:
-    if value not in choices:
-        raise DPMarginalsError(f"{field_name} must be one of {list(choices)}, got {value!r}")
-    return str(value)
 
 
 def apply_postprocess(table: np.ndarray, how: str) -> np.ndarray:
@@ -145,7 +130,7 @@ class FullTableSynopsis(Synopsis):
         check_choice(self.postprocess, "postprocess", POSTPROCESS)
 
     def marginal(self, attrs: Sequence[str]) -> MarginalTable:
-        attrs = _check_attrs(self.domain, attrs)
+        attrs = check_query(self.domain, attrs)
         values = project(tuple(range(len(self.domain))), self.table, self.domain.indices(attrs))
         return MarginalTable(self.domain.project(attrs),
                              apply_postprocess(values, self.postprocess))
@@ -187,7 +172,7 @@ class MarginalsSynopsis(Synopsis):
             raise DPMarginalsError("variances must have one entry per view")
 
     def marginal(self, attrs: Sequence[str]) -> MarginalTable:
-        attrs = _check_attrs(self.domain, attrs)
+        attrs = check_query(self.domain, attrs)
         wanted = set(attrs)
         q = self.domain.indices(attrs)
         total, weight = None, 0.0
@@ -224,14 +209,6 @@ class MarginalsSynopsis(Synopsis):
                 domain.project(attrs).shape)))
         return cls(domain, views, [float(x) for x in payload["variances"]], method,
                    dict(payload.get("info", {})), str(payload.get("postprocess", "none")))
-
-
-def _check_attrs(domain: Domain, attrs: Sequence[str]) -> tuple[str, ...]:
-    attrs = tuple(attrs)
-    if not attrs:
-        raise DPMarginalsError("a marginal needs at least one attribute")
-    domain.project(attrs)
-    return attrs
 
 
 # -- FC ------------------------------------------------------------------------------------

@@ -51,14 +51,13 @@ import numpy as np
 
 from ..dataset import Dataset
 from ..domain import Domain
-from ..errors import DPMarginalsError, check_epsilon
+from ..errors import DPMarginalsError, check_choice, check_epsilon, check_k, check_positive_int
 from ..inference import norm_sub
 from ..oracles import adaptive_oracle, make_oracle
 from ..plan import Plan
 from ..randomness import RandomSource, RNGLike, client_rng
 from ..synopsis import Synopsis
 from ..table import MarginalTable
-from .direct import check_choice, check_k, check_positive_int
 
 __all__ = ["EM", "EMDiagnostics", "EMFailureWarning", "EMSynopsis", "InpEM", "em_marginal"]
 
