@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 from dpmarginals.covering import (
+    _from_designs,
+    _steiner_systems,
     balanced_subsets,
     cover_design,
     covering_number_bound,
@@ -65,6 +67,16 @@ def test_paper_example_c_8_4_3_is_14() -> None:
         (20, 5, 20, 1),
         (16, 3, 4, 140),  # SQS(16)
         (32, 3, 4, 1240),  # SQS(32), meets the Schönheim bound
+        (10, 3, 4, 30),  # SQS(10), the inversive plane of order 3
+        (17, 3, 5, 68),  # inversive plane of order 4
+        (26, 3, 6, 130),  # inversive plane of order 5
+        (7, 2, 3, 7),  # Fano plane
+        (15, 2, 3, 35),  # STS(15), derived from SQS(16)
+        (13, 2, 4, 13),  # PG(2, 3)
+        (16, 2, 4, 20),  # AG(2, 4)
+        (21, 2, 5, 21),  # PG(2, 4)
+        (25, 2, 5, 30),  # AG(2, 5)
+        (31, 2, 6, 31),  # PG(2, 5)
         (10, 1, 3, 4),  # ceil(d / l)
         (9, 4, 8, 5),  # l = d - 1: k + 1 blocks
         (10, 4, 8, 5),  # l = d - 2: Turán, 10 - 4 - 1 = 5 parts of size 2 -> 5 pairs
@@ -76,6 +88,30 @@ def test_known_sizes(d: int, k: int, l: int, size: int) -> None:
     assert blocks is not None
     assert len(blocks) == size
     assert is_covering(blocks, d, k)
+
+
+def test_algebraic_steiner_systems() -> None:
+    # every built-in design is a Steiner system S(k, l, v): each k-set in exactly one block
+    systems = _steiner_systems()
+    assert len(systems) >= 12
+    for v, k, l, blocks in systems:
+        assert all(len(b) == l and len(set(b)) == l for b in blocks)
+        assert is_covering(blocks, v, k)
+        seen: dict[tuple[int, ...], int] = {}
+        for b in blocks:
+            for t in combinations(b, k):
+                seen[t] = seen.get(t, 0) + 1
+        assert set(seen.values()) == {1}
+        assert len(blocks) == math.comb(v, k) // math.comb(l, k) == covering_number_bound(v, k, l)
+
+
+def test_restricted_designs_cover() -> None:
+    for d, k, l in [(12, 3, 4), (11, 3, 4), (24, 3, 4), (14, 3, 5), (22, 3, 6), (12, 2, 4),
+                    (20, 2, 5), (28, 2, 6)]:
+        for blocks in _from_designs(d, k, l):
+            assert is_covering(blocks, d, k)
+            assert all(len(b) == l for b in blocks)
+        _check(d, k, l)
 
 
 def test_turan_construction_is_optimal() -> None:
@@ -95,7 +131,8 @@ def test_turan_construction_is_optimal() -> None:
 
 
 def test_meets_schonheim_where_it_should() -> None:
-    for d, k, l in [(8, 2, 3), (9, 2, 3), (8, 2, 4), (7, 2, 3), (16, 3, 4)]:
+    for d, k, l in [(8, 2, 3), (9, 2, 3), (8, 2, 4), (7, 2, 3), (16, 3, 4), (16, 2, 3),
+                    (22, 2, 5), (9, 3, 4)]:
         assert covering_size(d, k, l) == covering_number_bound(d, k, l)
 
 

@@ -161,6 +161,14 @@ def test_l_u_below_k_returns_min_mu_binomial() -> None:
     assert (c.l, c.m) == (2, 65)
 
 
+def test_no_candidate_below_one_keeps_m_valid() -> None:
+    # k = 1, eps = 0.01: k * NE(1) = 60 and k * NE(2) > 1, so no l_t beats E = 1 and
+    # line 12's m = m_u = 500 would exceed the C(3, 2) = 3 distinct pairs (note 6).
+    c = choose_marginals(1000, 3, 0.01, 1, theta=0.5)
+    assert c.noise_error > 1
+    assert (c.l, c.m) == (2, 3)
+
+
 def test_m_u_floor_and_minimum_one() -> None:
     # theta * n = 0.5: there must still be one group
     c = choose_marginals(500, 6, 0.5, 3)

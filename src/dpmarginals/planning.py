@@ -19,6 +19,8 @@ the actual attribute sets.  CALM's worked example (n = 2^16, d = 8, k = 3, eps =
 >>> c.l, c.m, c.oracle, round(c.noise_error, 5), round(c.sampling_error, 5)
 (4, 14, 'grr', 0.00077, 0.00021)
 
+(the paper prints k NE = 0.00076: it truncates 0.000768 rather than rounding.)
+
 Where the printed pseudocode is ill-defined or does not say, we chose as follows (each
 choice is marked "Algorithm 1 note" in the code):
 
@@ -39,15 +41,19 @@ choice is marked "Algorithm 1 note" in the code):
    larger than the covering.  We return the literal m; :func:`select_marginals` then
    picks m l-sets that cover as many k-sets as it can, and ``MarginalChoice.covers``
    says whether they cover all of them.
-6. Line 15 uses a strict ``<`` with E initialised to 1, so ties keep the smaller l,
-   and if no l_t beats 1 the result is ``(m_u, l_u)`` (not reachable for theta < 1).
-   ``CoverDesign`` is only evaluated up to the budget that could still beat E
-   (a covering with ``m_t / n >= E`` cannot win), which gives the same answer as
-   computing it exactly.
+6. Line 15 uses a strict ``<`` with E initialised to 1, so ties keep the smaller l.
+   If no l_t has an error below 1 (possible only when ``k * NE`` of the smallest sizes,
+   which the algorithm never compares with theta, is >= 1 -- e.g. k = 1, tiny eps),
+   line 12 would return ``m = m_u``, which can exceed the ``C(d, l_u)`` distinct
+   l-sets; we return ``min(m_u, C(d, l_u))`` as lines 6 and 11 do.
+   ``CoverDesign`` is only evaluated up to the budget that could still beat E (a
+   covering with ``m_t / n >= E`` cannot win, nor can an l_t with ``k * NE >= E``),
+   which gives the same answer as computing it exactly, with less work.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 import operator
 from collections.abc import Sequence
@@ -284,8 +290,8 @@ def choose_marginals(
     # Lines 10-11 (note 5: m need not be a covering size).
     if l_b == l_u:
         return result(l_u, min(m_u, math.comb(d, l_u)))
-    # Lines 12-17 (note 6).
-    best_e, best_m, best_l = 1.0, m_u, l_u
+    # Lines 12-17 (note 6: m_u clipped to the number of distinct l_u-sets).
+    best_e, best_m, best_l = 1.0, min(m_u, math.comb(d, l_u)), l_u
     for l_t in range(l_b, l_u + 1):
         # max(SE, kNE) < E needs kNE < E and m_t / n < E, i.e. m_t <= ceil(E n) - 1:
         # skipping the rest gives the literal answer without building useless coverings.
@@ -367,22 +373,27 @@ def _pad(blocks: list[tuple[int, ...]], d: int, l: int, m: int) -> list[tuple[in
 
 
 def _partial_cover(d: int, k: int, l: int, m: int) -> list[tuple[int, ...]]:
-    """m blocks of the covering design, greedily covering the most k-sets."""
+    """m blocks of the covering design, greedily covering the most k-sets.
+
+    Lazy greedy: a block's key (k-sets it would newly cover, then fewest uses of its
+    attributes so far) only gets worse as blocks are picked, so a stale key is an upper
+    bound and a block whose refreshed key still beats every stale one is the best.
+    """
     blocks = cover_design(d, k, l)
     assert blocks is not None
     arr = np.array(blocks, dtype=np.int64)
     ranks = _block_ranks(arr, k, d)
     covered = np.zeros(math.comb(d, k), dtype=bool)
     counts = np.zeros(d, dtype=np.int64)
-    free = np.ones(len(blocks), dtype=bool)
+    heap = [(-ranks.shape[1], 0, i) for i in range(len(blocks))]
+    heapq.heapify(heap)
     out: list[tuple[int, ...]] = []
-    scale = m * l + 1
-    for _ in range(m):
-        gain = (~covered[ranks]).sum(axis=1)
-        load = counts[arr].sum(axis=1)
-        score = np.where(free, gain * scale - load, -np.inf)
-        i = int(np.argmax(score))
-        free[i] = False
+    while len(out) < m:
+        _, _, i = heapq.heappop(heap)
+        key = (-int((~covered[ranks[i]]).sum()), int(counts[arr[i]].sum()), i)
+        if heap and key > heap[0]:
+            heapq.heappush(heap, key)
+            continue
         covered[ranks[i]] = True
         counts[arr[i]] += 1
         out.append(blocks[i])
