@@ -93,7 +93,7 @@ from itertools import combinations
 
 import numpy as np
 
-from .errors import DPMarginalsError
+from .errors import DPMarginalsError, check_positive_int
 from .randomness import RNGLike
 
 __all__ = [
@@ -128,22 +128,10 @@ _RELABEL_TRIES = 8
 # ----------------------------------------------------------------------------------------
 
 
-def _as_int(value: object, field: str, minimum: int) -> int:
-    if isinstance(value, bool):
-        raise DPMarginalsError(f"{field} must be an integer, got {value!r}")
-    try:
-        out = operator.index(value)  # type: ignore[arg-type]
-    except TypeError:
-        raise DPMarginalsError(f"{field} must be an integer, got {value!r}") from None
-    if out < minimum:
-        raise DPMarginalsError(f"{field} must be an integer >= {minimum}, got {value!r}")
-    return out
-
-
 def _check_dkl(d: object, k: object, l: object) -> tuple[int, int, int]:
-    d = _as_int(d, "d", 1)
-    k = _as_int(k, "k", 1)
-    l = _as_int(l, "l", 1)
+    d = check_positive_int(d, "d", 1)
+    k = check_positive_int(k, "k", 1)
+    l = check_positive_int(l, "l", 1)
     if k > d:
         raise DPMarginalsError(f"k must be <= d = {d}, got k = {k}")
     if l > d:
@@ -223,8 +211,8 @@ def is_covering(blocks: Iterable[Iterable[int]], d: int, k: int) -> bool:
     >>> is_covering([(0, 1, 2, 3)], 5, 2)
     False
     """
-    d = _as_int(d, "d", 0)
-    k = _as_int(k, "k", 0)
+    d = check_positive_int(d, "d", 0)
+    k = check_positive_int(k, "k", 0)
     n_k = math.comb(d, k)
     if n_k > _MAX_KSETS:
         raise DPMarginalsError(f"too many {k}-subsets of {d} points to check ({n_k})")
@@ -777,7 +765,7 @@ def cover_design(
     """
     d, k, l = _check_dkl(d, k, l)
     if max_blocks is not None:
-        max_blocks = _as_int(max_blocks, "max_blocks", 0)
+        max_blocks = check_positive_int(max_blocks, "max_blocks", 0)
         if covering_number_bound(d, k, l) > max_blocks:
             return None
     blocks = _canonical(d, k, l, max_blocks)
@@ -800,7 +788,7 @@ def covering_size(d: int, k: int, l: int, max_blocks: int | None = None) -> int 
     """
     d, k, l = _check_dkl(d, k, l)
     if max_blocks is not None:
-        max_blocks = _as_int(max_blocks, "max_blocks", 0)
+        max_blocks = check_positive_int(max_blocks, "max_blocks", 0)
         if covering_number_bound(d, k, l) > max_blocks:
             return None
     if l == k:
@@ -829,12 +817,12 @@ def balanced_subsets(
     >>> len(set(blocks)), sorted({sum(a in b for b in blocks) for a in range(6)})
     (5, [1, 2])
     """
-    d = _as_int(d, "d", 1)
-    l = _as_int(l, "l", 1)
+    d = check_positive_int(d, "d", 1)
+    l = check_positive_int(l, "l", 1)
     if l > d:
         raise DPMarginalsError(f"l must be <= d = {d}, got l = {l}")
     total = math.comb(d, l)
-    m = _as_int(m, "m", 0)
+    m = check_positive_int(m, "m", 0)
     if m > total:
         raise DPMarginalsError(
             f"m must be <= C(d, l) = {total} distinct {l}-subsets of {d} attributes, got {m}"

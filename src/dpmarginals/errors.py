@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 
 import numpy as np
@@ -36,9 +37,16 @@ def check_k(k: object, d: int | None = None) -> int:
 
 
 def check_positive_int(value: object, field_name: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+    """An integer (anything with ``__index__``, not a bool) that is at least ``minimum``."""
+    if isinstance(value, bool):
+        raise DPMarginalsError(f"{field_name} must be an integer, got {value!r}")
+    try:
+        out = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise DPMarginalsError(f"{field_name} must be an integer, got {value!r}") from None
+    if out < minimum:
         raise DPMarginalsError(f"{field_name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
+    return out
 
 
 def check_choice(value: object, field_name: str, choices: Sequence[str]) -> str:

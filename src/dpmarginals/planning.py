@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -70,7 +69,7 @@ from .covering import (
     cover_design,
     covering_size,
 )
-from .errors import DPMarginalsError, check_epsilon
+from .errors import DPMarginalsError, check_epsilon, check_positive_int
 from .randomness import RNGLike
 
 __all__ = [
@@ -86,24 +85,12 @@ GRR = "grr"
 OUE = "oue"
 
 
-def _as_int(value: object, field: str, minimum: int) -> int:
-    if isinstance(value, bool):
-        raise DPMarginalsError(f"{field} must be an integer, got {value!r}")
-    try:
-        out = operator.index(value)  # type: ignore[arg-type]
-    except TypeError:
-        raise DPMarginalsError(f"{field} must be an integer, got {value!r}") from None
-    if out < minimum:
-        raise DPMarginalsError(f"{field} must be an integer >= {minimum}, got {value!r}")
-    return out
-
-
 def _check_sizes(sizes: Sequence[int], d: int | None = None) -> tuple[int, ...]:
     try:
         raw = list(sizes)
     except TypeError:
         raise DPMarginalsError(f"sizes must be a sequence of integers, got {sizes!r}") from None
-    out = tuple(_as_int(s, f"sizes[{i}]", 1) for i, s in enumerate(raw))
+    out = tuple(check_positive_int(s, f"sizes[{i}]", 1) for i, s in enumerate(raw))
     if not out:
         raise DPMarginalsError("sizes must not be empty")
     if d is not None and len(out) != d:
@@ -121,7 +108,7 @@ def expected_cells(sizes: Sequence[int], l: int) -> float:
     (4.0, 8.666666666666666)
     """
     sizes = _check_sizes(sizes)
-    l = _as_int(l, "l", 0)
+    l = check_positive_int(l, "l", 0)
     d = len(sizes)
     if l > d:
         raise DPMarginalsError(f"l must be <= the number of attributes {d}, got {l}")
@@ -161,9 +148,9 @@ def noise_error(
     >>> round(3 * noise_error(2**16, 8, 2.0, 3), 5)
     0.00032
     """
-    n = _as_int(n, "n", 1)
-    d = _as_int(d, "d", 1)
-    l = _as_int(l, "l", 1)
+    n = check_positive_int(n, "n", 1)
+    d = check_positive_int(d, "d", 1)
+    l = check_positive_int(l, "l", 1)
     epsilon = check_epsilon(epsilon)
     L = float(2**l) if cells is None else _check_cells(cells)
     return _fo_factor(epsilon, L) * L / l * d / n
@@ -175,8 +162,8 @@ def sampling_error(n: int, m: int) -> float:
     >>> round(sampling_error(2**16, 14), 5)
     0.00021
     """
-    n = _as_int(n, "n", 1)
-    m = _as_int(m, "m", 1)
+    n = check_positive_int(n, "n", 1)
+    m = check_positive_int(m, "m", 1)
     return m / n
 
 
@@ -247,9 +234,9 @@ def choose_marginals(
     >>> [choose_marginals(2**16, 8, e, 3).l for e in (1.4, 1.6, 2.0)]
     [2, 3, 4]
     """
-    n = _as_int(n, "n", 1)
-    d = _as_int(d, "d", 1)
-    k = _as_int(k, "k", 1)
+    n = check_positive_int(n, "n", 1)
+    d = check_positive_int(d, "d", 1)
+    k = check_positive_int(k, "k", 1)
     epsilon = check_epsilon(epsilon)
     theta = _check_theta(theta)
     if k > d:
@@ -328,10 +315,10 @@ def select_marginals(
     >>> len(select_marginals(8, 3, 4, 14)), len(select_marginals(8, 3, 2, 28))
     (14, 28)
     """
-    d = _as_int(d, "d", 1)
-    k = _as_int(k, "k", 1)
-    l = _as_int(l, "l", 1)
-    m = _as_int(m, "m", 1)
+    d = check_positive_int(d, "d", 1)
+    k = check_positive_int(k, "k", 1)
+    l = check_positive_int(l, "l", 1)
+    m = check_positive_int(m, "m", 1)
     if k > d:
         raise DPMarginalsError(f"k must be <= d = {d}, got k = {k}")
     if l > d:
