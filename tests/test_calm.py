@@ -145,3 +145,28 @@ def test_bad_parameters_are_named():
         CALM(epsilon=1.0, k=2, oracle="magic")
     with pytest.raises(DPMarginalsError, match="unknown attribute 'zz'"):
         CALM(epsilon=1.0, k=1).run(Dataset(np.zeros((50, 2), int), dom), rng=0).marginal(["zz"])
+
+
+needs_data = pytest.mark.skipif(
+    not __import__("os").environ.get("DPMARGINALS_DATA"),
+    reason="needs DPMARGINALS_DATA (the real data sets)",
+)
+
+
+@needs_data
+@pytest.mark.parametrize(("name", "d", "n", "ratio_at_1"), [("msnbc", 16, 65536, 10.0),
+                                                           ("adult3", 8, None, 2.0)])
+def test_real_data_error_falls_with_epsilon(name, d, n, ratio_at_1):
+    # Seeded; 20 queries x 2 runs per epsilon.  msnbc must be >= 10x below Uniform at
+    # eps = 1 (issue #3).  adult3 (45,222 users, 28 groups of 9-cell marginals) cannot be:
+    # Algorithm 1's own noise term k*NE is already 0.008 there, against a Uniform SSE of
+    # 0.05, so we assert the factor the analysis allows (measured: 3-4x).
+    from dpmarginals.datasets import load
+
+    data = load(name, d=d, n=n, rng=0)
+    queries = random_queries(data.domain, 3, 20, rng=1)
+    uniform = evaluate(UniformSynopsis(data.domain), data, queries).sse_mean
+    sse = [np.mean([evaluate(CALM(epsilon=eps, k=3).run(data, rng=s), data, queries).sse_mean
+                    for s in range(2)]) for eps in (0.2, 1.0, 2.0)]
+    assert sse[0] > sse[1] > sse[2]
+    assert sse[1] * ratio_at_1 < uniform
