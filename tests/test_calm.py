@@ -170,3 +170,9 @@ def test_real_data_error_falls_with_epsilon(name, d, n, ratio_at_1):
                     for s in range(2)]) for eps in (0.2, 1.0, 2.0)]
     assert sse[0] > sse[1] > sse[2]
     assert sse[1] * ratio_at_1 < uniform
+
+
+def test_plan_hash_depends_on_attribute_order():
+    a = CALM(epsilon=1.0, k=1, l=1, m=2).plan(Domain(("x", "y"), (2, 3)), 100)
+    b = CALM(epsilon=1.0, k=1, l=1, m=2).plan(Domain(("y", "x"), (3, 2)), 100)
+    assert a.hash != b.hash

@@ -77,8 +77,14 @@ class Plan:
 
     @property
     def hash(self) -> str:
-        """SHA-256 of the canonical JSON of the plan (without the hash field)."""
-        canon = json.dumps(self.to_dict(with_hash=False), sort_keys=True, separators=(",", ":"))
+        """SHA-256 of the canonical JSON of the plan (without the hash field).
+
+        Keys are sorted, except the domain's: its attribute order is part of the plan, so
+        it is hashed as a list of ``[name, size]`` pairs.
+        """
+        body = self.to_dict(with_hash=False)
+        body["domain"] = [[a, s] for a, s in body["domain"].items()]
+        canon = json.dumps(body, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canon.encode()).hexdigest()
 
     def to_json(self, indent: int | None = 1) -> str:

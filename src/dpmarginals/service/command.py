@@ -1,0 +1,333 @@
+"""The ``serve``, ``client`` and ``campaign`` commands of ``dpmarginals``.
+
+``register(subparsers)`` adds them to the CLI's subparsers; errors a user can cause raise
+:class:`~dpmarginals.errors.DPMarginalsError` (one line from the CLI).  Run stand-alone as
+``python -m dpmarginals.service.command serve ...`` (the tests do).
+
+A new user's session::
+
+    dpmarginals serve --db adult.db --admin-token secret          # terminal 1
+    dpmarginals campaign create --server http://127.0.0.1:8000 --token secret \\
+        --id adult --domain adult-domain.json --epsilon 1 --k 2 --n 48842
+    dpmarginals client --server http://127.0.0.1:8000 --campaign adult --data adult.csv.gz
+    curl 'http://127.0.0.1:8000/campaigns/adult/marginals?attributes=age,sex'
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from ..errors import DPMarginalsError, check_epsilon
+
+__all__ = ["main", "register"]
+
+TOKEN_ENV = "DPMARGINALS_ADMIN_TOKEN"
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port in 0..65535, got {value}")
+    return value
+
+
+def _epsilon(text: str) -> float:
+    try:
+        return check_epsilon(text)
+    except DPMarginalsError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _need_service() -> None:
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        raise DPMarginalsError("the aggregator needs the service extra: "
+                               "pip install 'dpmarginals[service]'") from None
+
+
+# -- serve --------------------------------------------------------------------------------
+def _check_address(host: str, port: int) -> None:
+    """Fail with one line, before opening the store, if the address cannot be listened on."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise DPMarginalsError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise DPMarginalsError(f"cannot listen on {host}:{port}: "
+                                   f"{exc.strerror or exc}") from None
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    _need_service()
+    import uvicorn
+
+    from .app import create_app
+
+    _check_address(args.host, args.port)
+    generated = not (args.admin_token or os.environ.get(TOKEN_ENV))
+    app = create_app(args.db, admin_token=args.admin_token, synchronous=args.sync,
+                     max_body_bytes=int(args.max_body_mb * (1 << 20)))
+    store = app.state.store
+    where = getattr(store, "path", None) or "PostgreSQL"
+    url = f"http://{args.host}:{args.port}"
+    print(f"dpmarginals aggregator on {url} (store: {store.kind} {where}"
+          + (f", synchronous={store.synchronous}" if store.kind == "sqlite" else "") + ")",
+          file=sys.stderr)
+    if generated:
+        print(f"admin token: {app.state.admin_token} (generated; choose one with "
+              f"--admin-token or ${TOKEN_ENV})", file=sys.stderr)
+    print(f"API documentation: {url}/docs   OpenAPI schema: {url}/openapi.json",
+          file=sys.stderr, flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
+                access_log=False, server_header=False)
+    return 0
+
+
+# -- client -------------------------------------------------------------------------------
+def _cmd_client(args: argparse.Namespace) -> int:
+    from ..client import ServiceClient, load_plan, make_reports, play, read_records
+
+    if args.server is None:
+        if args.plan is None or args.save_reports is None:
+            raise DPMarginalsError("give --server URL and --campaign ID, or (offline) --plan "
+                                   "FILE and --save-reports FILE")
+        plan = load_plan(args.plan)
+        records = read_records(args.data, plan)[: args.limit]
+        reports = make_reports(plan, records)
+        with open(args.save_reports, "w", encoding="utf-8") as sink:
+            sink.writelines(json.dumps(r, separators=(",", ":")) + "\n" for r in reports)
+        print(f"wrote {len(reports):,} reports for plan {plan.hash[:12]} to {args.save_reports}")
+        return 0
+    if args.campaign is None:
+        raise DPMarginalsError("--campaign ID is required with --server")
+    with ServiceClient(args.server, args.campaign, timeout=args.timeout) as client:
+        plan = client.plan()
+        if args.plan is not None and load_plan(args.plan).hash != plan.hash:
+            raise DPMarginalsError(f"the campaign's plan {plan.hash[:12]} is not {args.plan}")
+        records = read_records(args.data, plan)[: args.limit]
+        summary = play(client, records, batch=args.batch, assign=args.assign,
+                       save=args.save_reports)
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        rate = summary["reports_per_second"]
+        print(f"sent {summary['sent']:,} reports to campaign {args.campaign!r} at "
+              f"{args.server} in {summary['seconds']:.2f} s"
+              + (f" ({rate:,.0f} reports/s)" if rate else ""))
+    return 0
+
+
+# -- campaign -----------------------------------------------------------------------------
+def _token(args: argparse.Namespace) -> str:
+    token = args.token or os.environ.get(TOKEN_ENV)
+    if not token:
+        raise DPMarginalsError(f"the admin token is needed: --token or ${TOKEN_ENV}")
+    return token
+
+
+def _build_plan(args: argparse.Namespace) -> Any:
+    from ..client import load_plan
+
+    if args.plan is not None:
+        if any(v is not None for v in (args.domain, args.epsilon, args.k, args.n)):
+            raise DPMarginalsError("give either --plan or --domain/--epsilon/--k/--n, not both")
+        return load_plan(args.plan)
+    missing = [f"--{f}" for f in ("domain", "epsilon", "k", "n") if getattr(args, f) is None]
+    if missing:
+        raise DPMarginalsError(f"to build a plan give {', '.join(missing)} (or --plan FILE)")
+    from ..domain import Domain
+    from ..methods import make
+
+    params: dict[str, Any] = {"epsilon": args.epsilon, "k": args.k}
+    if args.oracle is not None:
+        params["oracle"] = args.oracle
+    method = make(args.method, **params)
+    return method.plan(Domain.load(args.domain), args.n)
+
+
+def _cmd_campaign_create(args: argparse.Namespace) -> int:
+    from ..client import ServiceClient
+
+    plan = _build_plan(args)
+    if args.save_plan is not None:
+        plan.save(args.save_plan)
+    with ServiceClient(args.server, args.id, token=_token(args)) as client:
+        out = client.create_campaign(plan)
+    verb = "created" if out.get("created") else "found existing"
+    print(f"{verb} campaign {args.id!r}: {plan.method}, epsilon={plan.epsilon}, "
+          f"{plan.m} groups, plan hash {plan.hash}")
+    return 0
+
+
+def _cmd_campaign_status(args: argparse.Namespace) -> int:
+    from ..client import ServiceClient
+
+    with ServiceClient(args.server, args.id) as client:
+        status = client.status()
+    if args.json:
+        print(json.dumps(status))
+        return 0
+    print(f"campaign {args.id!r}: {status['reports']:,} reports, plan {status['plan_hash'][:12]}")
+    for g in status["groups"]:
+        print(f"  group {g['group']:>3}  {','.join(g['attributes']):<40} {g['oracle']:>4}  "
+              f"{g['reports']:>9,}")
+    return 0
+
+
+def _cmd_campaign_export(args: argparse.Namespace) -> int:
+    from ..client import ServiceClient
+
+    with ServiceClient(args.server, args.id, token=_token(args)) as client:
+        reports = client.export_reports()
+        plan = client.plan()
+    with open(args.out, "w", encoding="utf-8") as sink:
+        sink.writelines(json.dumps(r, separators=(",", ":")) + "\n" for r in reports)
+    if args.plan_out is not None:
+        plan.save(args.plan_out)
+    print(f"wrote {len(reports):,} reports to {args.out}")
+    return 0
+
+
+# -- registration -------------------------------------------------------------------------
+def register(subparsers: Any) -> None:
+    """Add ``serve``, ``client`` and ``campaign`` to the CLI's subparsers."""
+    p = subparsers.add_parser(
+        "serve", help="run the collection service (aggregator) over a durable store",
+        description="Run the HTTP aggregator: campaigns from plans, group assignment, report "
+        "ingestion (singly and in batches), status and marginal queries. Needs the service "
+        "extra. Reports are stored durably before they are acknowledged. The access log is "
+        "off: the service keeps no client addresses or arrival times.")
+    p.add_argument("--db", default="dpmarginals.db",
+                   help="SQLite file (default ./dpmarginals.db) or postgresql://user@host/db")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=_port, default=8000, help="port (default 8000)")
+    p.add_argument("--admin-token", default=None,
+                   help=f"token for the admin endpoints (default ${TOKEN_ENV}, else random "
+                   "and printed)")
+    p.add_argument("--sync", choices=("full", "normal"), default="full",
+                   help="SQLite synchronous mode: full (default; an acknowledged report "
+                   "survives power loss) or normal (survives a crash of the process)")
+    p.add_argument("--max-body-mb", type=float, default=8.0,
+                   help="largest request body in MiB (default 8)")
+    p.add_argument("--log-level", default="warning",
+                   choices=("critical", "error", "warning", "info", "debug"))
+    p.set_defaults(func=_cmd_serve)
+
+    p = subparsers.add_parser(
+        "client", help="play every row of a CSV file as one user reporting to a campaign",
+        description="For tests and demos: every row of --data is one user, who gets a group "
+        "from the service (or draws one), randomizes her record with OS entropy and sends "
+        "the report. Needs only numpy. Offline: --plan FILE --save-reports FILE without "
+        "--server writes the reports instead.")
+    p.add_argument("--server", default=None, help="the aggregator's URL")
+    p.add_argument("--campaign", default=None, help="campaign id")
+    p.add_argument("--data", required=True,
+                   help="CSV (or .csv.gz) whose header names the plan's attributes; cells "
+                   "hold integer codes")
+    p.add_argument("--plan", default=None,
+                   help="plan JSON (offline mode, or to check the campaign's plan)")
+    p.add_argument("--batch", type=_positive_int, default=1000,
+                   help="reports per request (default 1000; 1 sends each report alone)")
+    p.add_argument("--assign", choices=("server", "local"), default="server",
+                   help="groups from the service (default) or drawn on the device")
+    p.add_argument("--limit", type=_positive_int, default=None, help="only the first N rows")
+    p.add_argument("--save-reports", default=None, help="also write the reports (JSON lines)")
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds per request")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=_cmd_client)
+
+    p = subparsers.add_parser(
+        "campaign", help="create a campaign on a service, show its status, export reports",
+        description="Administer campaigns of a running aggregator.")
+    actions = p.add_subparsers(dest="campaign_action", metavar="ACTION",
+                               parser_class=type(p))
+    a = actions.add_parser("create", help="create a campaign from a plan",
+                           description="Create a campaign from --plan FILE, or build a plan "
+                           "with --method (default calm) from --domain, --epsilon, --k, --n.")
+    a.add_argument("--server", required=True, help="the aggregator's URL")
+    a.add_argument("--id", required=True, help="campaign id (letters, digits, _ . -)")
+    a.add_argument("--token", default=None, help=f"admin token (default ${TOKEN_ENV})")
+    a.add_argument("--plan", default=None, help="plan JSON file")
+    a.add_argument("--domain", default=None, help="domain JSON ({\"attr\": size})")
+    a.add_argument("--epsilon", type=_epsilon, default=None, help="privacy budget")
+    a.add_argument("--k", type=_positive_int, default=None, help="marginal size to answer")
+    a.add_argument("--n", type=_positive_int, default=None, help="expected number of users")
+    a.add_argument("--method", default="calm", help="method building the plan (default calm)")
+    a.add_argument("--oracle", default=None, help="CALM's oracle choice (default adaptive)")
+    a.add_argument("--save-plan", default=None, help="also write the plan JSON here")
+    a.set_defaults(func=_cmd_campaign_create)
+
+    a = actions.add_parser("status", help="reports per group")
+    a.add_argument("--server", required=True, help="the aggregator's URL")
+    a.add_argument("--id", required=True, help="campaign id")
+    a.add_argument("--json", action="store_true", help="print the JSON status")
+    a.set_defaults(func=_cmd_campaign_status)
+
+    a = actions.add_parser("export", help="download every stored report (admin)")
+    a.add_argument("--server", required=True, help="the aggregator's URL")
+    a.add_argument("--id", required=True, help="campaign id")
+    a.add_argument("--token", default=None, help=f"admin token (default ${TOKEN_ENV})")
+    a.add_argument("--out", required=True, help="JSON-lines file to write")
+    a.add_argument("--plan-out", default=None, help="also write the plan JSON here")
+    a.set_defaults(func=_cmd_campaign_export)
+
+    def _campaign_help(args: argparse.Namespace) -> int:
+        p.print_help()
+        return 2
+
+    p.set_defaults(func=_campaign_help)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (as the main CLI's)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Stand-alone entry point with the same error handling as ``dpmarginals``."""
+    parser = _Parser(prog="dpmarginals")
+    register(parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser))
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    try:
+        return int(args.func(args))
+    except DPMarginalsError as exc:
+        print(f"dpmarginals: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("dpmarginals: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,539 @@
+"""The aggregator service in-process: its store (SQLite, PostgreSQL) and its HTTP API.
+
+PostgreSQL tests run against ``$DPMARGINALS_TEST_POSTGRES_URL`` if set, else against a
+throw-away cluster started with the machine's ``initdb``/``pg_ctl`` on 127.0.0.1 (as the
+``postgres`` user when run as root); without either they are skipped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import sqlite3
+import subprocess
+import tempfile
+import threading
+import uuid
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("fastapi")
+with warnings.catch_warnings():  # starlette's notice about its httpx-based test client
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+from dpmarginals.client import make_report, make_reports
+from dpmarginals.domain import Domain
+from dpmarginals.errors import DPMarginalsError
+from dpmarginals.local.calm import CALM
+from dpmarginals.plan import GroupSpec, Plan
+from dpmarginals.reports import MAX_BATCH_REPORTS, PlanCodec, ReportError
+from dpmarginals.service import synopsis_from_reports
+from dpmarginals.service.app import create_app
+from dpmarginals.service.store import SQLiteStore, Store, open_store
+
+TOKEN = "test-admin-token"
+ADMIN = {"Authorization": f"Bearer {TOKEN}"}
+DOMAIN = Domain(("a", "b", "c", "d"), (2, 3, 4, 2))
+
+
+def mixed_plan() -> Plan:
+    """Five groups, one per oracle, so every payload format goes through the service."""
+    sets = [("a", "b"), ("b", "c"), ("c", "d"), ("a", "d"), ("a", "c")]
+    oracles = ["grr", "oue", "olh", "hr", "sue"]
+    groups = tuple(GroupSpec(s, o, 1.0, DOMAIN.project(s).cells())
+                   for s, o in zip(sets, oracles, strict=True))
+    return Plan("calm", 1.0, DOMAIN, groups, {"k": 2})
+
+
+def records(n: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, DOMAIN.sizes, size=(n, len(DOMAIN)))
+
+
+# -- PostgreSQL on demand ------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def postgres_url():
+    url = os.environ.get("DPMARGINALS_TEST_POSTGRES_URL")
+    if url:
+        yield url
+        return
+    pytest.importorskip("psycopg")
+    bins = sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)  # Debian's place
+    search = os.pathsep.join([os.environ.get("PATH", ""), *map(str, bins)])
+    initdb, pg_ctl = shutil.which("initdb", path=search), shutil.which("pg_ctl", path=search)
+    if not (initdb and pg_ctl):
+        pytest.skip("no PostgreSQL: set DPMARGINALS_TEST_POSTGRES_URL or install initdb/pg_ctl")
+    base = Path(tempfile.mkdtemp(prefix="dpmarginals-pg-"))
+    prefix: list[str] = []
+    if os.geteuid() == 0:  # postgres refuses to run as root
+        import pwd
+
+        try:
+            user = pwd.getpwnam("postgres")
+        except KeyError:
+            pytest.skip("running as root and there is no 'postgres' user to run PostgreSQL")
+        os.chown(base, user.pw_uid, user.pw_gid)
+        prefix = ["runuser", "-u", "postgres", "--"]
+    port = _free_port()
+    data = base / "data"
+    run = {"capture_output": True, "text": True, "timeout": 120}
+    made = subprocess.run([*prefix, initdb, "-D", str(data), "-A", "trust", "-U", "postgres",
+                           "--no-sync"], **run)
+    if made.returncode != 0:
+        shutil.rmtree(base, ignore_errors=True)
+        pytest.skip(f"initdb failed: {made.stderr.strip()[-200:]}")
+    started = subprocess.run([*prefix, pg_ctl, "-D", str(data), "-l", str(base / "log"), "-w",
+                              "-o", f"-h 127.0.0.1 -p {port} -k {base} -F", "start"], **run)
+    if started.returncode != 0:
+        shutil.rmtree(base, ignore_errors=True)
+        pytest.skip(f"PostgreSQL did not start: {started.stderr.strip()[-200:]}")
+    try:
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run([*prefix, pg_ctl, "-D", str(data), "-m", "immediate", "stop"], **run)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_spec(request, tmp_path):
+    if request.param == "sqlite":
+        return str(tmp_path / "store.db")
+    return request.getfixturevalue("postgres_url")
+
+
+@pytest.fixture
+def store(store_spec):
+    with open_store(store_spec) as s:
+        yield s
+
+
+def unique_name() -> str:
+    return "c" + uuid.uuid4().hex[:12]
+
+
+# -- the store -----------------------------------------------------------------------------
+def _assert_counts_match(store: Store, campaign) -> tuple[list[np.ndarray], np.ndarray]:
+    supports, users = store.counts(campaign)
+    again, users_again = store.recount(campaign)
+    assert users.tolist() == users_again.tolist()
+    for a, b in zip(supports, again, strict=True):
+        assert a.tolist() == b.tolist()
+    return supports, users
+
+
+def test_store_keeps_counts_equal_to_its_reports_and_survives_reopening(store_spec):
+    plan = mixed_plan()
+    name = unique_name()
+    reports = make_reports(plan, records(600), rng=1)
+    with open_store(store_spec) as store:
+        campaign, created = store.create_campaign(name, plan)
+        assert created
+        codec = campaign.codec
+        for i in range(0, 600, 150):
+            assert store.add_reports(campaign, codec.decode(reports[i : i + 150])) == 150
+        _, users = _assert_counts_match(store, campaign)
+        assert users.sum() == 600
+    with open_store(store_spec) as store:
+        campaign = store.campaign(name)
+        assert campaign is not None and campaign.plan.hash == plan.hash
+        _, users_again = _assert_counts_match(store, campaign)
+        assert users_again.tolist() == users.tolist()
+        exported = list(store.reports(campaign))
+    assert sorted(r["report_id"] for r in exported) == sorted(r["report_id"] for r in reports)
+    assert {json.dumps(r, sort_keys=True) for r in exported} == {
+        json.dumps(r, sort_keys=True) for r in reports}
+
+
+def test_store_rejects_a_batch_with_a_known_id_and_stores_nothing_of_it(store):
+    plan = mixed_plan()
+    campaign, _ = store.create_campaign(unique_name(), plan)
+    codec = campaign.codec
+    reports = make_reports(plan, records(300), rng=2)
+    store.add_reports(campaign, codec.decode(reports[:100]))
+    with pytest.raises(ReportError) as info:
+        store.add_reports(campaign, codec.decode(reports[100:200] + reports[50:52]))
+    assert info.value.code == "duplicate_report"
+    assert info.value.duplicates == [100, 101] and info.value.index == 100
+    _, users = _assert_counts_match(store, campaign)
+    assert users.sum() == 100
+    assert store.add_reports(campaign, codec.decode(reports[100:200])) == 100
+
+
+def test_concurrent_writers_store_every_id_once(store):
+    """Group commit under contention: overlapping batches from 8 threads."""
+    plan = mixed_plan()
+    campaign, _ = store.create_campaign(unique_name(), plan)
+    codec = campaign.codec
+    reports = make_reports(plan, records(2000), rng=3)
+    accepted, rejected = [], []
+
+    def writer(k: int) -> None:
+        for start in range(k * 50, 2000 - 100, 400):  # windows overlap across threads
+            try:
+                accepted.append(store.add_reports(campaign, codec.decode(
+                    reports[start : start + 100])))
+            except ReportError as exc:
+                assert exc.code == "duplicate_report"
+                rejected.append(start)
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ids = [r["report_id"] for r in store.reports(campaign)]
+    assert len(ids) == len(set(ids)) == sum(accepted)
+    assert rejected  # the overlap did produce conflicts
+    _assert_counts_match(store, campaign)
+
+
+def test_store_campaigns_are_idempotent_and_refuse_another_plan(store):
+    plan = mixed_plan()
+    name = unique_name()
+    first, created = store.create_campaign(name, plan)
+    again, created_again = store.create_campaign(name, plan)
+    assert created and not created_again and first.num == again.num
+    other = CALM(epsilon=1.0, k=2).plan(DOMAIN, 1000)
+    with pytest.raises(DPMarginalsError, match="exists with another plan"):
+        store.create_campaign(name, other)
+    assert (name, plan.hash) in store.campaigns()
+
+
+def test_sqlite_store_is_in_wal_mode_with_the_chosen_sync(tmp_path):
+    with SQLiteStore(tmp_path / "s.db", synchronous="normal") as store:
+        store.create_campaign("x", mixed_plan())
+        con = sqlite3.connect(tmp_path / "s.db")
+        assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        con.close()
+        assert store.synchronous == "NORMAL"
+    with pytest.raises(DPMarginalsError, match="synchronous"):
+        SQLiteStore(tmp_path / "t.db", synchronous="off")
+
+
+def test_open_store_reads_paths_and_urls(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with open_store("sqlite:///rel.db") as s:
+        assert isinstance(s, SQLiteStore) and s.path == Path("rel.db")
+    with open_store(f"sqlite:///{tmp_path}/abs.db") as s:
+        assert s.path == tmp_path / "abs.db"
+    with pytest.raises(DPMarginalsError, match="unknown store URL"):
+        open_store("mysql://x")
+    with pytest.raises(DPMarginalsError, match="does not exist"):
+        open_store(tmp_path / "no" / "such" / "dir.db")
+    with pytest.raises(DPMarginalsError, match="file path"):
+        open_store(":memory:")
+
+
+# -- the HTTP API --------------------------------------------------------------------------
+@pytest.fixture
+def api(tmp_path):
+    app = create_app(tmp_path / "api.db", admin_token=TOKEN)
+    with TestClient(app) as client:
+        yield client
+
+
+def create(api: TestClient, name: str = "c1", plan: Plan | None = None) -> Plan:
+    plan = plan or mixed_plan()
+    r = api.post("/campaigns", json={"id": name, "plan": plan.to_dict()}, headers=ADMIN)
+    assert r.status_code == 201, r.text
+    return plan
+
+
+def status(api: TestClient, name: str = "c1") -> dict:
+    r = api.get(f"/campaigns/{name}/status")
+    assert r.status_code == 200
+    return r.json()
+
+
+def test_admin_endpoints_need_the_token(api):
+    plan = mixed_plan()
+    body = {"id": "c1", "plan": plan.to_dict()}
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic x"}):
+        r = api.post("/campaigns", json=body, headers=headers)
+        assert r.status_code in (401, 403) and r.json()["error"] in ("unauthorized",)
+        assert api.get("/campaigns", headers=headers).status_code == 401
+    create(api)
+    assert api.get("/campaigns/c1/reports").status_code == 401
+    assert api.get("/campaigns", headers=ADMIN).json() == {
+        "campaigns": [{"id": "c1", "plan_hash": plan.hash}]}
+
+
+def test_campaign_creation_validates_the_plan_and_the_id(api):
+    plan = mixed_plan()
+    good = plan.to_dict()
+    unhashed = {k: v for k, v in good.items() if k != "hash"}
+    seven = [{"attributes": ["a", "b"], "oracle": "grr", "epsilon": 1.0, "cells": 7}]
+    cases = [
+        ({"id": "c1", "plan": {**good, "hash": "0" * 64}}, "does not match"),
+        ({"id": "c1", "plan": {**unhashed, "groups": seven}}, "cells = 7"),
+        ({"id": "c1", "plan": {**unhashed, "groups": []}}, "no groups"),
+        ({"id": "c1", "plan": {**unhashed, "epsilon": "x"}}, "malformed plan"),
+        ({"id": "c1", "plan": {**unhashed, "version": 9}}, "version 9"),
+        ({"id": "bad id!", "plan": good}, "id must be"),
+        ({"id": "c1", "plan": [1, 2]}, "JSON object"),
+        ({"id": "c1"}, "the body must be"),
+    ]
+    for body, reason in cases:
+        r = api.post("/campaigns", json=body, headers=ADMIN)
+        assert r.status_code == 422, (body, r.text)
+        assert reason in r.json()["reason"], r.text
+    r = api.post("/campaigns", content=b"{", headers=ADMIN)
+    assert r.status_code == 400 and r.json()["error"] == "invalid_json"
+    create(api)
+    again = api.post("/campaigns", json={"id": "c1", "plan": good}, headers=ADMIN)
+    assert again.status_code == 200 and again.json()["created"] is False
+    other = CALM(epsilon=1.0, k=2).plan(DOMAIN, 1000)
+    clash = api.post("/campaigns", json={"id": "c1", "plan": other.to_dict()}, headers=ADMIN)
+    assert clash.status_code == 409 and clash.json()["error"] == "campaign_exists"
+
+
+def test_plan_and_balanced_assignments(api):
+    plan = create(api)
+    served = api.get("/campaigns/c1/plan").json()
+    assert Plan.from_dict(served).hash == plan.hash == served["hash"]
+    one = api.get("/campaigns/c1/assignment").json()
+    assert 0 <= one["group"] < plan.m and one["plan_hash"] == plan.hash
+    many = api.get("/campaigns/c1/assignment", params={"count": 5 * plan.m - 1}).json()["groups"]
+    counts = np.bincount([one["group"], *many], minlength=plan.m)
+    assert counts.tolist() == [5] * plan.m  # least-assigned first: exactly balanced
+    assert api.get("/campaigns/c1/assignment", params={"count": 0}).status_code == 422
+    assert api.get("/campaigns/nope/plan").status_code == 404
+    assert api.get("/campaigns/no%20pe/plan").status_code == 422
+
+
+def test_reports_singly_and_in_batches_are_counted_per_group(api):
+    plan = create(api)
+    reports = make_reports(plan, records(1000), rng=5)
+    for report in reports[:20]:
+        r = api.post("/campaigns/c1/reports", json=report)
+        assert r.status_code == 201 and r.json() == {"accepted": 1}
+    r = api.post("/campaigns/c1/reports/batch", json={"reports": reports[20:]})
+    assert r.status_code == 201 and r.json() == {"accepted": 980}
+    st = status(api)
+    expected = np.bincount([r["group"] for r in reports], minlength=plan.m)
+    assert st["reports"] == 1000
+    assert [g["reports"] for g in st["groups"]] == expected.tolist()
+    assert [g["oracle"] for g in st["groups"]] == ["grr", "oue", "olh", "hr", "sue"]
+
+
+def test_every_bad_report_is_refused_with_a_reason_and_changes_nothing(api, tmp_path):
+    plan = create(api)
+    reports = make_reports(plan, records(50), rng=6)
+    api.post("/campaigns/c1/reports/batch", json={"reports": reports[:10]})
+    before = status(api)
+    good = reports[10]
+    payload_for = {0: 6, 1: "AAAA", 2: [1, 2], 3: [0, 5], 4: 3}
+    bad_reports = [
+        ({**good, "plan_hash": "f" * 64}, 409, "plan_mismatch"),
+        ({**good, "group": plan.m}, 422, "invalid_report"),
+        ({**good, "payload": payload_for[good["group"]]}, 422, "invalid_report"),
+        ({**good, "report_id": reports[0]["report_id"]}, 409, "duplicate_report"),
+        ({**good, "extra": 1}, 422, "invalid_report"),
+        ({**good, "report_id": "x" * 32}, 422, "invalid_report"),
+    ]
+    for bad, code, error in bad_reports:
+        r = api.post("/campaigns/c1/reports", json=bad)
+        assert (r.status_code, r.json()["error"]) == (code, error), r.text
+        assert r.json()["reason"]
+        rb = api.post("/campaigns/c1/reports/batch", json={"reports": [*reports[11:20], bad]})
+        assert (rb.status_code, rb.json()["error"]) == (code, error), rb.text
+        assert rb.json()["index"] == 9 and rb.json()["reason"].startswith("report 9: ")
+    for body in ({"reports": []}, {"reports": "x"}, {"items": reports[11:12]}, [good]):
+        assert api.post("/campaigns/c1/reports/batch", json=body).status_code == 422
+    assert api.post("/campaigns/c1/reports", content=b"\xff\xfe").status_code == 400
+    assert api.post("/campaigns/c1/reports", content=b"[" * 50_000).status_code == 400
+    assert api.post("/campaigns/c1/reports", content=b"1" * 5000).status_code == 400
+    assert api.post("/campaigns/nope/reports", json=good).status_code == 404
+    assert status(api) == before
+    # the good reports of the refused batches can still be sent
+    r = api.post("/campaigns/c1/reports/batch", json={"reports": reports[10:20]})
+    assert r.status_code == 201 and status(api)["reports"] == 20
+
+
+def test_bodies_and_batches_are_size_limited(tmp_path):
+    app = create_app(tmp_path / "small.db", admin_token=TOKEN, max_body_bytes=4096)
+    with TestClient(app) as api:
+        plan = create(api)
+        reports = make_reports(plan, records(100), rng=7)
+        r = api.post("/campaigns/c1/reports/batch", json={"reports": reports})
+        assert r.status_code == 413 and r.json()["error"] == "body_too_large"
+        assert status(api)["reports"] == 0
+    app = create_app(tmp_path / "big.db", admin_token=TOKEN)
+    with TestClient(app) as api:
+        grr = Plan("calm", 1.0, DOMAIN, (GroupSpec(("a",), "grr", 1.0, 2),))
+        create(api, plan=grr)
+        codec = PlanCodec(grr)
+        many = [codec.report(0, 1) for _ in range(MAX_BATCH_REPORTS + 1)]
+        r = api.post("/campaigns/c1/reports/batch", json={"reports": many})
+        assert r.status_code == 413 and r.json()["error"] == "batch_too_large"
+
+
+def test_marginals_equal_the_in_process_release_on_the_same_reports(api):
+    plan = create(api)
+    assert api.get("/campaigns/c1/marginals", params={"attributes": "a"}).status_code == 409
+    reports = make_reports(plan, records(3000, seed=8), rng=9)
+    api.post("/campaigns/c1/reports/batch", json={"reports": reports})
+    exported = [json.loads(line) for line in
+                api.get("/campaigns/c1/reports", headers=ADMIN).text.splitlines()]
+    assert len(exported) == 3000
+    local = synopsis_from_reports(plan, reports)
+    for attrs in (["a", "b"], ["c", "d"], ["b", "d"], ["a", "b", "c"], ["d"]):
+        r = api.get("/campaigns/c1/marginals", params={"attributes": ",".join(attrs)})
+        assert r.status_code == 200
+        body = r.json()
+        assert body["attributes"] == attrs and body["reports"] == 3000
+        assert body["values"] == local.marginal(attrs).values.ravel().tolist()
+    assert synopsis_from_reports(plan, exported).marginal(["a", "b"]).values.ravel().tolist() \
+        == api.get("/campaigns/c1/marginals", params={"attributes": "a,b"}).json()["values"]
+    csv = api.get("/campaigns/c1/marginals", params={"attributes": "a,b", "format": "csv"})
+    assert csv.headers["content-type"].startswith("text/csv")
+    assert csv.text.splitlines()[0] == "a,b,fraction" and len(csv.text.splitlines()) == 7
+    for attrs in ("a,zz", "a,a", ",", ""):
+        assert api.get("/campaigns/c1/marginals", params={"attributes": attrs}).status_code == 422
+    # new reports change the answer (the cached synopsis is refreshed)
+    more = make_reports(plan, records(500, seed=10), rng=11)
+    api.post("/campaigns/c1/reports/batch", json={"reports": more})
+    after = api.get("/campaigns/c1/marginals", params={"attributes": "a,b"}).json()
+    assert after["reports"] == 3500
+    assert after["values"] == synopsis_from_reports(plan, reports + more).marginal(
+        ["a", "b"]).values.ravel().tolist()
+
+
+def test_openapi_schema_documents_the_api(api):
+    schema = api.get("/openapi.json").json()
+    paths = schema["paths"]
+    for path in ("/campaigns", "/campaigns/{campaign}/plan", "/campaigns/{campaign}/assignment",
+                 "/campaigns/{campaign}/reports", "/campaigns/{campaign}/reports/batch",
+                 "/campaigns/{campaign}/status", "/campaigns/{campaign}/marginals"):
+        assert path in paths
+    body = paths["/campaigns/{campaign}/reports"]["post"]["requestBody"]
+    assert body["content"]["application/json"]["schema"]["additionalProperties"] is False
+    assert "HTTPBearer" in schema["components"]["securitySchemes"]
+    assert api.get("/docs").status_code == 200
+    assert api.get("/health").json()["status"] == "ok"
+
+
+def test_the_service_runs_on_postgresql(postgres_url):
+    app = create_app(postgres_url, admin_token=TOKEN)
+    name = unique_name()
+    with TestClient(app) as api:
+        plan = create(api, name)
+        reports = make_reports(plan, records(400), rng=12)
+        assert api.post(f"/campaigns/{name}/reports/batch",
+                        json={"reports": reports[:300]}).status_code == 201
+        assert api.post(f"/campaigns/{name}/reports", json=reports[300]).status_code == 201
+        dup = api.post(f"/campaigns/{name}/reports", json=reports[0])
+        assert dup.status_code == 409
+        assert status(api, name)["reports"] == 301
+        got = api.get(f"/campaigns/{name}/marginals", params={"attributes": "a,b"}).json()
+        local = synopsis_from_reports(plan, reports[:301]).marginal(["a", "b"])
+        assert got["values"] == local.values.ravel().tolist()
+        assert api.get("/health").json()["store"] == "postgresql"
+
+
+def test_submit_runs_the_whole_path_for_one_user(api, monkeypatch):
+    """ServiceClient.submit through the ASGI app (its HTTP layer replaced by TestClient)."""
+    from dpmarginals.client import ServiceClient
+
+    plan = create(api)
+
+    def request(self, method, path, body=None, *, admin=False, raw=False):
+        r = api.request(method, path, json=body)
+        if r.status_code >= 400:
+            raise ServiceClient._error(r.status_code, r.json())
+        return r.status_code, r.json()
+
+    monkeypatch.setattr(ServiceClient, "request", request)
+    client = ServiceClient("http://testserver", "c1")
+    report = client.submit({"a": 1, "b": 2, "c": 3, "d": 0})
+    assert report["plan_hash"] == plan.hash
+    assert status(api)["reports"] == 1
+    with contextlib.suppress(Exception):
+        client.close()
+    single = make_report(plan, {"a": 0, "b": 0, "c": 0, "d": 0}, group=2)
+    assert client.send(single) == {"accepted": 1}
+
+
+def test_non_finite_numbers_and_huge_answers_are_refused(api):
+    plan = create(api)
+    report = make_report(plan, [0, 0, 0, 0], group=0)
+    for bad in (b'{"version": NaN}', b'{"version": 1e999}', b'[Infinity]'):
+        r = api.post("/campaigns/c1/reports", content=bad)
+        assert r.status_code == 400 and r.json()["error"] == "invalid_json"
+    text = json.dumps({"id": "c2", "plan": plan.to_dict()}).replace('"k": 2', '"k": NaN')
+    assert api.post("/campaigns", content=text, headers=ADMIN).status_code == 400
+    assert api.post("/campaigns/c1/reports", json=report).status_code == 201
+    wide = Domain(("x", "y"), (1025, 1024))
+    groups = tuple(GroupSpec((a,), "grr", 1.0, wide.size(a)) for a in ("x", "y"))
+    create(api, "wide", Plan("calm", 1.0, wide, groups))
+    codec = PlanCodec(Plan("calm", 1.0, wide, groups))
+    api.post("/campaigns/wide/reports/batch",
+             json={"reports": [codec.report(0, 3), codec.report(1, 5)]})
+    r = api.get("/campaigns/wide/marginals", params={"attributes": "x,y"})
+    assert r.status_code == 422 and "at most" in r.json()["reason"]
+    assert api.get("/campaigns/wide/marginals", params={"attributes": "x"}).status_code == 200
+
+
+def test_postgres_store_recovers_from_lost_connections(postgres_url):
+    import psycopg
+
+    from dpmarginals.service.store import StoreError
+
+    plan = mixed_plan()
+    reports = make_reports(plan, records(300), rng=13)
+    with open_store(postgres_url) as store:
+        campaign, _ = store.create_campaign(unique_name(), plan)
+        codec = campaign.codec
+        store.add_reports(campaign, codec.decode(reports[:100]))
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                          "WHERE pid <> pg_backend_pid() AND datname = current_database()")
+        with contextlib.suppress(StoreError):  # the first write may find the connection dead
+            store.add_reports(campaign, codec.decode(reports[100:200]))
+        store.add_reports(campaign, codec.decode(reports[200:300]))
+        with contextlib.suppress(psycopg.Error):  # so may the first read
+            store.users(campaign)
+        _, users = _assert_counts_match(store, campaign)
+        assert users.sum() in (200, 300)
+
+
+def test_two_postgres_stores_share_a_campaign(postgres_url):
+    """As two `serve` processes on one database: overlapping batches, each id stored once."""
+    plan = mixed_plan()
+    name = unique_name()
+    reports = make_reports(plan, records(1200), rng=14)
+    with open_store(postgres_url) as one, open_store(postgres_url) as two:
+        first, _ = one.create_campaign(name, plan)
+        second, created = two.create_campaign(name, plan)
+        assert not created and first.num == second.num
+        accepted = []
+
+        def writer(store: Store, campaign, offset: int) -> None:
+            for start in range(offset, 1100, 100):
+                with contextlib.suppress(ReportError):
+                    accepted.append(store.add_reports(campaign, campaign.codec.decode(
+                        reports[start : start + 100])))
+
+        threads = [threading.Thread(target=writer, args=(one, first, 0)),
+                   threading.Thread(target=writer, args=(two, second, 50)),
+                   threading.Thread(target=writer, args=(one, first, 0))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        ids = [r["report_id"] for r in two.reports(second)]
+        assert len(ids) == len(set(ids)) == sum(accepted)
+        _assert_counts_match(one, first)

@@ -1,0 +1,347 @@
+"""The real deployment path: uvicorn on 127.0.0.1, the real client, kill -9, fuzzing.
+
+Every server here is ``python -m dpmarginals.service.command serve`` in a subprocess on a
+free loopback port with a SQLite store in a temporary directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+
+from dpmarginals.client import ServiceClient, ServiceError, make_reports
+from dpmarginals.domain import Domain
+from dpmarginals.plan import GroupSpec, Plan
+from dpmarginals.service import synopsis_from_reports
+from dpmarginals.service.store import SQLiteStore
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+TOKEN = "e2e-admin-token"
+ADULT_SIZES = {"age": 32, "workclass": 9, "fnlwgt": 32, "education": 16, "education-num": 16,
+               "marital-status": 7, "occupation": 15, "relationship": 6, "race": 5, "sex": 2,
+               "capital-gain": 32, "capital-loss": 32, "hours-per-week": 32,
+               "native-country": 42, "income>50K": 2}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _env() -> dict[str, str]:
+    path = os.pathsep.join(p for p in (str(SRC), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path}
+
+
+def _command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "dpmarginals.service.command", *args]
+
+
+class Server:
+    """``dpmarginals serve`` in a subprocess, ready when /health answers."""
+
+    def __init__(self, db: Path, *extra: str) -> None:
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = open(db.parent / f"server-{self.port}.log", "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            _command("serve", "--db", str(db), "--host", "127.0.0.1", "--port", str(self.port),
+                     "--admin-token", TOKEN, *extra),
+            env=_env(), stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited: {self.read_log()}")
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.1)
+        self.kill()
+        raise RuntimeError(f"server did not start: {self.read_log()}")
+
+    def read_log(self) -> str:
+        if not self.log.closed:
+            self.log.flush()
+        return Path(self.log.name).read_text(errors="replace")[-2000:]
+
+    def get(self, path: str, **query: str) -> dict:
+        url = self.url + path + ("?" + urllib.parse.urlencode(query) if query else "")
+        with urllib.request.urlopen(url, timeout=60) as r:
+            return json.loads(r.read())
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+        self.log.close()
+
+    def stop(self) -> int:
+        """SIGTERM: uvicorn shuts down gracefully, then re-raises the signal (exit -15)."""
+        self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout=30)
+        self.log.close()
+        return 0 if code == -signal.SIGTERM else code
+
+
+def _adult_sample(tmp_path: Path, n: int) -> tuple[Path, Path]:
+    """(domain JSON, CSV) of Adult: the real file when $DPMARGINALS_DATA has it."""
+    home = os.environ.get("DPMARGINALS_DATA")
+    if home and (Path(home) / "adult" / "adult.csv.gz").exists():
+        return Path(home) / "adult" / "adult-domain.json", Path(home) / "adult" / "adult.csv.gz"
+    domain = tmp_path / "adult-domain.json"
+    domain.write_text(json.dumps(ADULT_SIZES))
+    rng = np.random.default_rng(0)
+    rows = rng.integers(0, list(ADULT_SIZES.values()), size=(n, len(ADULT_SIZES)))
+    csv = tmp_path / "adult.csv"
+    csv.write_text(",".join(ADULT_SIZES) + "\n"
+                   + "\n".join(",".join(map(str, r)) for r in rows.tolist()) + "\n")
+    return domain, csv
+
+
+def _run(*args: str) -> str:
+    proc = subprocess.run(_command(*args), env=_env(), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_serve_client_and_query_as_a_new_user(tmp_path):
+    domain, data = _adult_sample(tmp_path, 5000)
+    server = Server(tmp_path / "adult.db")
+    try:
+        out = _run("campaign", "create", "--server", server.url, "--token", TOKEN, "--id",
+                   "adult", "--domain", str(domain), "--epsilon", "1.0", "--k", "2", "--n",
+                   "5000", "--save-plan", str(tmp_path / "plan.json"))
+        assert "created campaign 'adult'" in out
+        plan = Plan.load(tmp_path / "plan.json")
+        out = _run("client", "--server", server.url, "--campaign", "adult", "--data", str(data),
+                   "--limit", "5000", "--save-reports", str(tmp_path / "batched.jsonl"))
+        assert "sent 5,000 reports" in out
+        out = _run("client", "--server", server.url, "--campaign", "adult", "--data", str(data),
+                   "--limit", "60", "--batch", "1", "--assign", "local",
+                   "--save-reports", str(tmp_path / "single.jsonl"))
+        assert "sent 60 reports" in out
+        sent = _read_jsonl(tmp_path / "batched.jsonl") + _read_jsonl(tmp_path / "single.jsonl")
+        status = server.get("/campaigns/adult/status")
+        assert status["reports"] == 5060 and status["plan_hash"] == plan.hash
+        local = synopsis_from_reports(plan, sent)
+        for attrs in (["age", "sex"], ["education", "income>50K"], ["race", "sex", "workclass"]):
+            served = server.get("/campaigns/adult/marginals", attributes=",".join(attrs))
+            assert served["attributes"] == attrs and served["reports"] == 5060
+            assert served["values"] == local.marginal(attrs).values.ravel().tolist()
+        _run("campaign", "export", "--server", server.url, "--id", "adult", "--token", TOKEN,
+             "--out", str(tmp_path / "export.jsonl"))
+        exported = _read_jsonl(tmp_path / "export.jsonl")
+        assert sorted(json.dumps(r, sort_keys=True) for r in exported) == sorted(
+            json.dumps(r, sort_keys=True) for r in sent)
+    finally:
+        code = server.stop()
+    assert code == 0, server.read_log()
+    assert not (tmp_path / "adult.db-wal").exists()  # the store was closed cleanly
+
+
+def _crash_plan() -> Plan:
+    dom = Domain(("a", "b", "c", "d", "e"), (2, 3, 4, 5, 2))
+    sets = [("a", "b"), ("b", "c"), ("c", "d"), ("d", "e"), ("a", "e"), ("b", "d")]
+    oracles = ["grr", "oue", "olh", "hr", "sue", "oue"]
+    return Plan("calm", 1.0, dom, tuple(GroupSpec(s, o, 1.0, dom.project(s).cells())
+                                        for s, o in zip(sets, oracles, strict=True)))
+
+
+def test_kill_9_during_ingestion_loses_no_acknowledged_report(tmp_path):
+    db = tmp_path / "crash.db"
+    plan = _crash_plan()
+    server = Server(db)
+    with ServiceClient(server.url, "crash", token=TOKEN) as admin:
+        admin.create_campaign(plan)
+    acked: list[str] = []
+    in_flight: list[list[dict]] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def sender(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        client = ServiceClient(server.url, "crash", retries=0, timeout=10)
+        while not stop.is_set():
+            size = 1 if rng.random() < 0.3 else int(rng.integers(20, 300))
+            rows = rng.integers(0, plan.domain.sizes, size=(size, len(plan.domain)))
+            reports = make_reports(plan, rows, rng=rng)
+            try:
+                if size == 1:
+                    client.send(reports[0])
+                else:
+                    client.send_batch(reports)
+            except Exception:  # the server died under this request: unacknowledged
+                with lock:
+                    in_flight.append(reports)
+                return
+            with lock:
+                acked.extend(r["report_id"] for r in reports)
+        client.close()
+
+    threads = [threading.Thread(target=sender, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 30
+    while len(acked) < 4000 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    server.kill()  # SIGKILL while the senders are still posting
+    for t in threads:
+        t.join(timeout=60)
+    assert len(acked) >= 1000, "too few reports before the kill to test anything"
+    assert in_flight, "no request was cut by the kill"
+
+    server = Server(db)
+    try:
+        with ServiceClient(server.url, "crash", token=TOKEN) as admin:
+            stored = [r["report_id"] for r in admin.export_reports()]
+        assert len(stored) == len(set(stored)), "a report is stored twice"
+        assert set(acked) <= set(stored), "an acknowledged report was lost"
+        possible = set(acked) | {r["report_id"] for batch in in_flight for r in batch}
+        assert set(stored) <= possible
+        with SQLiteStore(db) as store:  # read beside the running server (WAL)
+            campaign = store.campaign("crash")
+            supports, users = store.counts(campaign)
+            again, users_again = store.recount(campaign)
+        assert users.tolist() == users_again.tolist() and users.sum() == len(stored)
+        assert all(a.tolist() == b.tolist() for a, b in zip(supports, again, strict=True))
+        # the cut requests, sent again, are stored once whether or not they had landed
+        with ServiceClient(server.url, "crash", retries=2) as client:
+            for batch in in_flight:
+                try:
+                    client.send_batch(batch) if len(batch) > 1 else client.send(batch[0])
+                except ServiceError as exc:  # landed before the kill: all duplicates
+                    assert exc.code == "duplicate_report"
+                    assert len(exc.body["duplicates"]) == len(batch)
+        final = server.get("/campaigns/crash/status")["reports"]
+        assert final == len(possible)
+        with ServiceClient(server.url, "crash", token=TOKEN) as admin:
+            exported = admin.export_reports()
+        answer = server.get("/campaigns/crash/marginals", attributes="b,c")
+        assert answer["values"] == synopsis_from_reports(plan, exported).marginal(
+            ["b", "c"]).values.ravel().tolist()
+    finally:
+        server.stop()
+
+
+# -- fuzzing the API -----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def fuzz_server(tmp_path_factory):
+    """A server with a 256 KiB body limit and one campaign ("fuzz") holding 30 reports."""
+    tmp = tmp_path_factory.mktemp("fuzz")
+    server = Server(tmp / "fuzz.db", "--max-body-mb", "0.25")
+    plan = _crash_plan()  # every oracle, so every payload format is fuzzed
+    with ServiceClient(server.url, "fuzz", token=TOKEN) as admin:
+        admin.create_campaign(plan)
+        admin.send_batch(make_reports(plan, np.zeros((30, len(plan.domain)), dtype=np.int64),
+                                      rng=0))
+    server.plan = plan
+    yield server
+    code = server.stop()
+    assert code == 0, server.read_log()
+
+
+def test_oversized_bodies_get_413_over_a_real_connection(fuzz_server):
+    import http.client
+
+    big = b'{"reports": [' + b"0," * 200_000 + b"0]}"  # 400 KB > 256 KiB
+    conn = http.client.HTTPConnection("127.0.0.1", fuzz_server.port, timeout=30)
+    conn.request("POST", "/campaigns/fuzz/reports/batch", body=big,
+                 headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    assert resp.status == 413 and json.loads(resp.read())["error"] == "body_too_large"
+    conn.close()
+
+    def chunks():  # no Content-Length: the limit applies while reading
+        for _ in range(50):
+            yield b" " * 8192
+
+    conn = http.client.HTTPConnection("127.0.0.1", fuzz_server.port, timeout=30)
+    conn.request("POST", "/campaigns/fuzz/reports", body=chunks(),
+                 headers={"Content-Type": "application/json"}, encode_chunked=True)
+    resp = conn.getresponse()
+    assert resp.status == 413
+    conn.close()
+    assert fuzz_server.get("/campaigns/fuzz/status")["reports"] == 30
+
+
+FUZZ_EXAMPLES = 25  # per operation and mode: 11 operations x 2 modes, 10-25 s
+
+
+def _aim(body: object, plan: Plan) -> None:
+    """Give generated reports the campaign's plan hash and a valid group, so validation
+    reaches the payloads."""
+    items = body.get("reports") if isinstance(body, dict) else None
+    for item in (items if isinstance(items, list) else [body]):
+        if isinstance(item, dict) and "plan_hash" in item:
+            item["plan_hash"] = plan.hash
+        if isinstance(item, dict) and type(item.get("group")) is int:
+            item["group"] %= plan.m
+
+
+def _fuzz(operation, mode, url: str, headers: dict[str, str], plan: Plan) -> None:
+    """Run FUZZ_EXAMPLES generated requests of one operation; raise on a 5xx answer."""
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis.errors import Unsatisfiable
+    from schemathesis.checks import not_a_server_error
+
+    calls = [0]
+
+    @settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None, derandomize=True,
+              phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
+    @given(case=operation.as_strategy(mode))
+    def run(case):
+        calls[0] += 1
+        params = case.path_parameters or {}
+        if "campaign" in params and calls[0] % 2:
+            params["campaign"] = "fuzz"  # half the requests hit the real campaign
+            _aim(case.body, plan)
+        case.call_and_validate(base_url=url, headers=headers, checks=[not_a_server_error],
+                               timeout=30)
+
+    try:
+        run()
+    except Unsatisfiable:  # no invalid input exists (an operation without parameters)
+        assert mode.value == "negative"
+
+
+def test_fuzzing_the_api_finds_no_server_error(fuzz_server):
+    """Schemathesis-generated requests, valid and invalid, with the admin token: no 5xx.
+
+    Uses schemathesis's strategies with Hypothesis directly (not its pytest plugin);
+    derandomized, so CI runs the same examples every time.
+    """
+    schemathesis = pytest.importorskip("schemathesis")
+    from schemathesis import GenerationMode
+
+    schema = schemathesis.openapi.from_url(fuzz_server.url + "/openapi.json")
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    operations = [result.ok() for result in schema.get_all_operations()]
+    assert len(operations) >= 10
+    for operation in operations:
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+            # a 5xx raises schemathesis's report, with a curl command that reproduces it
+            _fuzz(operation, mode, fuzz_server.url, headers, fuzz_server.plan)
+    assert fuzz_server.proc.poll() is None
