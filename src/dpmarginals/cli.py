@@ -39,6 +39,10 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
 def _cmd_plan(args: argparse.Namespace) -> int:
     from .planning import choose_marginals
 
+    if args.workload is not None:
+        return _cmd_plan_workload(args)
+    if args.d is None or args.k is None:
+        raise DPMarginalsError("plan needs --d and --k (or --workload FILE)")
     sizes = None if args.values_per_attribute is None else [args.values_per_attribute] * args.d
     choice = choose_marginals(args.n, args.d, args.epsilon, args.k, args.theta, sizes=sizes)
     out = {"l": choice.l, "m": choice.m, "oracle": choice.oracle,
@@ -52,6 +56,53 @@ def _cmd_plan(args: argparse.Namespace) -> int:
               f"oracle = {choice.oracle.upper()}")
         print(f"  noise error k*NE = {choice.noise_error:.3g}, "
               f"sampling error SE = {choice.sampling_error:.3g}")
+    return 0
+
+
+def _cmd_plan_workload(args: argparse.Namespace) -> int:
+    """Issue #9: the plan with the least predicted error for the workload in a file."""
+    from .domain import Domain
+    from .workload import ORACLE_CANDIDATES, load_workload, plan_workload
+
+    public = None
+    if args.public is not None:
+        ns = argparse.Namespace(dataset=args.public, domain=args.domain, d=args.d, n=None,
+                                seed=0)
+        public = _load_data(ns)
+    if args.domain is not None:
+        domain = Domain.load(args.domain)
+    elif public is not None:
+        domain = public.domain
+    elif args.d is not None:
+        domain = Domain.from_dict({str(i): args.values_per_attribute or 2
+                                   for i in range(args.d)})
+    else:
+        raise DPMarginalsError("plan --workload needs the attributes: --domain FILE, "
+                               "--public DATASET or --d D")
+    if args.d is not None and args.d != len(domain):
+        domain = domain.project(domain.attributes[: args.d])
+    workload = load_workload(args.workload, domain)
+    oracles = ORACLE_CANDIDATES if args.oracles is None else tuple(
+        o.strip().lower() for o in args.oracles.split(",") if o.strip())
+    choice = plan_workload(domain, args.n, args.epsilon, workload, oracles=oracles,
+                           max_report_bits=args.max_report_bits, theta=args.theta,
+                           public=public)
+    if args.json:
+        print(json.dumps({**choice.to_dict(), "queries": len(workload.queries),
+                          "candidates": list(choice.candidates[:10])}))
+        return 0
+    print(f"Workload plan for n={args.n}, d={len(domain)}, epsilon={args.epsilon}: "
+          f"{len(workload.queries)} queries of up to {workload.max_size} attributes")
+    print(f"  marginal size l = {choice.l}, number of marginals m = {choice.m}, "
+          f"oracle = {choice.oracle.upper()} ({choice.report_bits} bits per report), "
+          f"{'covers every query' if choice.covers else 'reconstructs some queries'}")
+    print(f"  predicted SSE per query = {choice.total:.3g}: noise {choice.noise:.3g}, "
+          f"sampling {choice.sampling:.3g}, reconstruction {choice.reconstruction:.3g} "
+          f"({choice.reconstruction_source})")
+    print("  next best:")
+    for row in choice.candidates[1:6]:
+        print(f"    l={row['l']} m={row['m']} {row['oracle'].upper()}: "
+              f"{row['predicted_sse']:.3g}")
     return 0
 
 
@@ -148,6 +199,13 @@ def _cmd_query(args: argparse.Namespace) -> int:
     synopsis = load_synopsis(args.synopsis)
     attrs = [a.strip() for a in args.attributes.split(",") if a.strip()]
     table = synopsis.marginal(attrs)
+    if args.std:
+        from .stderr import standard_errors
+        from .table import MarginalTable
+
+        std, _ = standard_errors(synopsis, table.attributes, table.values,
+                                 replicates=args.replicates)
+        table = MarginalTable(table.domain, table.values, std)
     frame = table.to_frame()
     if args.format == "json":
         print(json.dumps(table.to_dict()))
@@ -199,13 +257,26 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Choose CALM's marginal size l and number m of marginals "
                        "from the error analysis (CALM §4.3, Algorithm 1).")
     p.add_argument("--n", type=_positive_int, required=True, help="number of users")
-    p.add_argument("--d", type=_positive_int, required=True, help="number of attributes")
-    p.add_argument("--k", type=_positive_int, required=True, help="marginal size to answer")
+    p.add_argument("--d", type=_positive_int, default=None, help="number of attributes")
+    p.add_argument("--k", type=_positive_int, default=None,
+                   help="marginal size to answer (not with --workload)")
     p.add_argument("--epsilon", type=_epsilon, required=True, help="privacy budget")
     p.add_argument("--theta", type=_fraction, default=1e-3,
                    help="target reconstruction error (default 0.001, as in the paper)")
     p.add_argument("--values-per-attribute", type=_positive_int, default=None, metavar="C",
                    help="values of each attribute (default 2: binary)")
+    p.add_argument("--workload", default=None, metavar="FILE",
+                   help="choose (l, m) and the oracle for this workload (JSON: a list of "
+                   "attribute lists, or {\"k\": 3}) by its predicted error")
+    p.add_argument("--domain", default=None, metavar="FILE",
+                   help="with --workload: domain JSON naming the attributes ({\"attr\": size})")
+    p.add_argument("--public", default=None, metavar="DATASET",
+                   help="with --workload: a public or synthetic data set (name or CSV/Parquet) "
+                   "to measure reconstruction error instead of charging theta")
+    p.add_argument("--oracles", default=None,
+                   help="with --workload: candidate oracles (default grr,oue,olh,hr)")
+    p.add_argument("--max-report-bits", type=_positive_int, default=None, metavar="B",
+                   help="with --workload: only oracles whose report fits in B bits")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_cmd_plan)
 
@@ -251,6 +322,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("synopsis", help="synopsis JSON file")
     p.add_argument("--attributes", required=True, help="comma-separated attribute names")
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    p.add_argument("--std", action="store_true",
+                   help="add per-cell standard errors (analytic for a marginal inside one "
+                   "collected marginal, else a parametric bootstrap)")
+    p.add_argument("--replicates", type=_positive_int, default=30,
+                   help="bootstrap replicates for --std (default 30)")
     p.set_defaults(func=_cmd_query)
     return parser
 

@@ -18,6 +18,7 @@ from .dataset import Dataset
 from .domain import Domain
 from .errors import DPMarginalsError
 from .local.calm import CALM
+from .local.calm_pgm import CALMPGM
 from .plan import Plan
 from .randomness import RNGLike
 from .synopsis import Synopsis, UniformSynopsis
@@ -50,6 +51,7 @@ class Uniform:
 
 _REGISTRY: dict[str, Callable[..., Any]] = {
     "calm": CALM,
+    "calm_pgm": CALMPGM,  # issue #9: CALM's reports, graphical-model inference ('pgm' extra)
     "uni": Uniform,
     # Issue #4: FC, AM, FT, EM, BE, PriView and the Cormode et al. family (InpRR, InpPS,
     # InpHT, MargRR, MargPS, MargHT, InpEM, InpOLH, InpHTCMS); see dpmarginals.local.cormode.

@@ -118,14 +118,21 @@ class ViewSynopsis(Synopsis):
     method: str = "calm"
     info: dict[str, Any] = field(default_factory=dict)
 
-    def marginal(self, attrs: Sequence[str]) -> MarginalTable:
+    def marginal(self, attrs: Sequence[str], *, std: bool = False) -> MarginalTable:
+        """``std=True`` also attaches per-cell standard errors (:mod:`dpmarginals.stderr`;
+        needs ``info["groups"]``, which ``CALM.run`` records)."""
         from .inference import max_entropy
 
         attrs = check_query(self.domain, attrs)
         query = self.domain.indices(attrs)
         views = [(self.domain.indices(a), t) for a, t in self.views]
         table = max_entropy(query, views, self.domain.sizes)
-        return MarginalTable(self.domain.project(attrs), table)
+        if not std:
+            return MarginalTable(self.domain.project(attrs), table)
+        from .stderr import standard_errors
+
+        errors, _ = standard_errors(self, attrs, table)
+        return MarginalTable(self.domain.project(attrs), table, errors)
 
     def _payload(self) -> dict[str, Any]:
         return {"info": self.info,

@@ -37,12 +37,14 @@ from ..planning import (
     select_marginals,
 )
 from ..randomness import RNGLike
-from ..synopsis import ViewSynopsis
+from ..stderr import collection_info
+from ..synopsis import Synopsis, ViewSynopsis
 from .collect import NoisyView, collect
 
 __all__ = ["CALM", "consistent_synopsis", "group_specs"]
 
 ORACLES = ("adaptive", "best", "grr", "oue", "olh", "hr")
+INFERENCE = ("consistency", "pgm")
 
 
 def group_specs(
@@ -90,6 +92,8 @@ class CALM:
     variance among GRR, OUE, OLH, HR), or one oracle name for every group.
     ``per_user=True`` randomizes every user's record (the client path); the default
     samples the aggregate counts from their exact distribution (fast simulation).
+    ``inference="pgm"`` replaces consistency + max-entropy by graphical-model inference
+    (:mod:`dpmarginals.local.calm_pgm`, the optional ``pgm`` extra) on the same reports.
 
     >>> from dpmarginals.domain import Domain
     >>> plan = CALM(epsilon=2.0, k=3).plan(Domain.from_dict({str(i): 2 for i in range(8)}), 2**16)
@@ -105,12 +109,14 @@ class CALM:
     oracle: str = "adaptive"
     per_user: bool = False
     max_rounds: int = 1000
+    inference: str = "consistency"
     name: ClassVar[str] = "calm"
 
     def __post_init__(self) -> None:
         self.epsilon = check_epsilon(self.epsilon)
         self.k = check_k(self.k)
         check_choice(self.oracle, "oracle", ORACLES)
+        check_choice(self.inference, "inference", INFERENCE)
         if self.m is not None:
             self.m = check_positive_int(self.m, "m")
         if self.l is not None:
@@ -145,7 +151,7 @@ class CALM:
         return Plan(self.name, self.epsilon, domain,
                     group_specs(domain, attrs, self.epsilon, self.oracle), params)
 
-    def run(self, data: Dataset, *, rng: RNGLike = None) -> ViewSynopsis:
+    def run(self, data: Dataset, *, rng: RNGLike = None) -> Synopsis:
         """Collect from every row of ``data`` as one user and build the synopsis.
 
         ``info["stage_seconds"]`` holds the time of planning, collection and consistency.
@@ -156,9 +162,16 @@ class CALM:
         views = collect(data, plan, rng=rng, per_user=self.per_user)
         collected = time.perf_counter()
         info = {"plan_hash": plan.hash, **plan.params, "n": data.n,
-                "oracles": sorted({g.oracle for g in plan.groups})}
-        synopsis = consistent_synopsis(data.domain, views, self.name, info,
-                                       max_rounds=self.max_rounds)
+                "oracles": sorted({g.oracle for g in plan.groups}),
+                **collection_info(plan, views)}  # what standard errors need (issue #9)
+        if self.inference == "pgm":
+            from .calm_pgm import pgm_options, pgm_synopsis
+
+            synopsis: Synopsis = pgm_synopsis(data.domain, views, self.name, info,
+                                              **pgm_options(self))
+        else:
+            synopsis = consistent_synopsis(data.domain, views, self.name, info,
+                                           max_rounds=self.max_rounds)
         synopsis.info["stage_seconds"] = {"plan": planned - clock, "collect": collected - planned,
-                                          "consistency": time.perf_counter() - collected}
+                                          self.inference: time.perf_counter() - collected}
         return synopsis

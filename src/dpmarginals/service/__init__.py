@@ -38,6 +38,7 @@ def synopsis_from_counts(
     """
     from ..local.calm import consistent_synopsis
     from ..local.collect import estimate_views
+    from ..stderr import collection_info
 
     users = np.asarray(users, dtype=np.int64)
     if len(supports) != plan.m or users.shape != (plan.m,):
@@ -50,7 +51,8 @@ def synopsis_from_counts(
     views = estimate_views(sub, [np.asarray(supports[g]) for g in keep], users[keep])
     info: dict[str, Any] = {"plan_hash": plan.hash, **plan.params, "n": int(users.sum()),
                             "groups_reporting": len(keep),
-                            "oracles": sorted({g.oracle for g in plan.groups})}
+                            "oracles": sorted({g.oracle for g in plan.groups}),
+                            **collection_info(sub, views)}  # for standard errors
     return consistent_synopsis(plan.domain, views, plan.method, info, max_rounds=max_rounds)
 
 

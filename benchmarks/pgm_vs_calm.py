@@ -1,0 +1,279 @@
+"""calm-pgm vs faithful CALM on the same reports (issue #9), with the error sources.
+
+For each setting (the quick grids of CALM Fig. 4/5: MSNBC d = 8 and 16, binary; Adult
+with 3 values per attribute, d = 8; n = 2^16, k = 3, eps in {0.2, 1.0, 2.0}) and each
+seed, the reports are collected **once** (``collect`` with that seed) and the same noisy
+views go to both inferences: ``consistent_synopsis`` (CALM §4.4 + max-entropy) and
+``pgm_synopsis`` (shrinkage + mbi).  Both answer the same random 3-way marginals.
+
+Error sources, measured by running the same two estimators on cleaner inputs:
+
+* ``no noise``: every group's exact marginal of its own users (the oracle noise removed,
+  the split of users into groups kept) -> sampling + reconstruction error;
+* ``population``: the exact marginals of all n users on the plan's attribute sets ->
+  reconstruction (and estimator bias) only.
+
+so noise ~ total - no-noise, sampling ~ no-noise - population, reconstruction ~ population.
+
+``--coverage R`` also checks the standard errors: over R independent collections, the
+share of cells whose nominal 95% interval (answer +- 1.96 std) contains the truth, for
+covered queries (inside one group's marginal: analytic std) and reconstructed ones (not
+inside any group's marginal: parametric bootstrap), per method.
+
+    DPMARGINALS_DATA=../shared/data PYTHONPATH=src python benchmarks/pgm_vs_calm.py
+    ... --seeds 3 --queries 50 --coverage 20 --json results/pgm_vs_calm.json
+    ... --settings msnbc:16:1.0        # one setting
+    ... --settings "" --planner msnbc:8:0.2,msnbc:8:1.0   # only the workload planner check
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import time
+import warnings
+from typing import Any
+
+import numpy as np
+
+from dpmarginals.datasets import load
+from dpmarginals.evaluate import random_queries
+from dpmarginals.local.calm import CALM, consistent_synopsis
+from dpmarginals.local.calm_pgm import pgm_synopsis
+from dpmarginals.local.collect import NoisyView, assign_groups, collect
+from dpmarginals.randomness import simulation_rng
+from dpmarginals.stderr import collection_info, standard_errors
+
+GRID = [(ds, d, eps) for ds, d in (("msnbc", 8), ("msnbc", 16), ("adult3", 8))
+        for eps in (0.2, 1.0, 2.0)]
+
+
+def sse(synopsis: Any, queries: list, truth: list) -> float:
+    return float(np.mean([synopsis.marginal(q).sse(t) for q, t in zip(queries, truth,
+                                                                       strict=True)]))
+
+
+def clean_views(data: Any, plan: Any, views: list, seed: int) -> tuple[list, list]:
+    """The groups' exact marginals (same split as ``collect`` with ``seed``), and the
+    population's.  Each carries the variance of its own error (sampling, ~1/(n_g L) per
+    cell; ~0 for the population), so that shrinkage adapts to the cleaner input."""
+    groups = assign_groups(data.n, plan.m, rng=simulation_rng(seed))
+    own, pop = [], []
+    for g, (spec, v) in enumerate(zip(plan.groups, views, strict=True)):
+        members = data.take(np.flatnonzero(groups == g))
+        cells = v.table.size
+        own.append(NoisyView(spec.attributes, members.marginal(spec.attributes).values,
+                             v.users, 1.0 / (v.users * cells)))
+        pop.append(NoisyView(spec.attributes, data.marginal(spec.attributes).values,
+                             v.users, 1e-12))
+    return own, pop
+
+
+def run_setting(ds: str, d: int, eps: float, args: argparse.Namespace) -> dict[str, Any]:
+    data = load(ds, d=d, n=args.n, rng=np.random.SeedSequence([0, 1]))
+    calm = CALM(epsilon=eps, k=args.k)
+    plan = calm.plan(data.domain, data.n)
+    queries = random_queries(data.domain, args.k, args.queries, rng=np.random.SeedSequence(2))
+    truth = [data.marginal(q) for q in queries]
+    rows: dict[str, list[float]] = {key: [] for key in (
+        "calm", "pgm", "calm_nonoise", "pgm_nonoise", "calm_pop", "pgm_pop",
+        "calm_seconds", "pgm_seconds")}
+    for seed in range(args.seeds):
+        views = collect(data, plan, rng=seed)  # the same reports for both
+        info = {"n": data.n, **collection_info(plan, views)}
+        clock = time.perf_counter()
+        c = consistent_synopsis(data.domain, views, "calm", info)
+        rows["calm_seconds"].append(time.perf_counter() - clock)
+        clock = time.perf_counter()
+        p = pgm_synopsis(data.domain, views, "calm_pgm", info)
+        rows["pgm_seconds"].append(time.perf_counter() - clock)
+        rows["calm"].append(sse(c, queries, truth))
+        rows["pgm"].append(sse(p, queries, truth))
+        if seed < args.decompose:
+            own, pop = clean_views(data, plan, views, seed)
+            for tag, vs in (("nonoise", own), ("pop", pop)):
+                rows[f"calm_{tag}"].append(sse(consistent_synopsis(data.domain, vs, "calm", info),
+                                               queries, truth))
+                rows[f"pgm_{tag}"].append(sse(pgm_synopsis(data.domain, vs, "calm_pgm", info),
+                                              queries, truth))
+    out: dict[str, Any] = {"dataset": ds, "d": d, "epsilon": eps, "n": data.n, "k": args.k,
+                           "l": plan.params["l"], "m": plan.m,
+                           "oracles": sorted({g.oracle for g in plan.groups})}
+    out.update({key: float(np.mean(v)) if v else None for key, v in rows.items()})
+    out["pgm_seconds_max"] = float(np.max(rows["pgm_seconds"]))
+    out["ratio"] = out["pgm"] / out["calm"]
+    for m in ("calm", "pgm"):
+        if out[f"{m}_pop"] is None:
+            continue
+        out[f"{m}_sources"] = {"noise": out[m] - out[f"{m}_nonoise"],
+                               "sampling": out[f"{m}_nonoise"] - out[f"{m}_pop"],
+                               "reconstruction": out[f"{m}_pop"]}
+    return out
+
+
+def coverage_queries(data: Any, plan: Any, k: int, count: int, rng: np.random.Generator
+                     ) -> tuple[list, list]:
+    """``count`` covered queries (k-subsets, or the whole set, of the groups' attribute sets)
+    and ``count`` reconstructed k-way queries (inside no group)."""
+    sets = [tuple(g.attributes) for g in plan.groups]
+    size = min(k, min(len(s) for s in sets))
+    covered = sorted({sub for s in sets for sub in itertools.combinations(s, size)})
+    picks = rng.choice(len(covered), size=min(count, len(covered)), replace=False)
+    cov = [covered[i] for i in picks]
+    rec: list = []
+    for q in random_queries(data.domain, k, 20 * count, rng=rng):
+        if not any(set(q) <= set(s) for s in sets) and q not in rec:
+            rec.append(q)
+        if len(rec) == count:
+            break
+    if not rec and k + 1 <= len(data.domain):  # every k-set is covered: ask (k+1)-way
+        for q in random_queries(data.domain, k + 1, 20 * count, rng=rng):
+            if not any(set(q) <= set(s) for s in sets) and q not in rec:
+                rec.append(q)
+            if len(rec) == count:
+                break
+    return cov, rec
+
+
+def run_coverage(ds: str, d: int, eps: float, args: argparse.Namespace) -> dict[str, Any]:
+    data = load(ds, d=d, n=args.n, rng=np.random.SeedSequence([0, 1]))
+    plan = CALM(epsilon=eps, k=args.k).plan(data.domain, data.n)
+    cov, rec = coverage_queries(data, plan, args.k, args.coverage_queries,
+                                np.random.default_rng(5))
+    hits: dict[tuple[str, str], list[int]] = {}
+    z = 1.959964
+    clock = {"calm": 0.0, "pgm": 0.0}
+    for run in range(args.coverage):
+        views = collect(data, plan, rng=1000 + run)
+        info = {"n": data.n, **collection_info(plan, views)}
+        syns = {"calm": consistent_synopsis(data.domain, views, "calm", info),
+                "pgm": pgm_synopsis(data.domain, views, "calm_pgm", info)}
+        for name, syn in syns.items():
+            for kind, qs in (("covered", cov), ("reconstructed", rec)):
+                for q in qs:
+                    start = time.perf_counter()
+                    values = syn.marginal(q).values
+                    std, _ = standard_errors(syn, q, values, replicates=args.replicates,
+                                             rng=np.random.SeedSequence([run, 7]))
+                    clock[name] += time.perf_counter() - start
+                    inside = np.abs(values - data.marginal(q).values) <= z * std
+                    h = hits.setdefault((name, kind), [0, 0])
+                    h[0] += int(inside.sum())
+                    h[1] += inside.size
+    out: dict[str, Any] = {"dataset": ds, "d": d, "epsilon": eps, "runs": args.coverage,
+                           "l": plan.params["l"], "covered_queries": len(cov),
+                           "reconstructed_queries": len(rec),
+                           "reconstructed_size": len(rec[0]) if rec else None,
+                           "std_seconds": clock}
+    for (name, kind), (inside, total) in hits.items():
+        out[f"{name}_{kind}"] = inside / total if total else None
+        out[f"{name}_{kind}_cells"] = total
+    return out
+
+
+def run_planner(ds: str, d: int, eps: float, args: argparse.Namespace) -> dict[str, Any]:
+    """Measured SSE (CALM inference, same users and seeds) of CALM's Algorithm 1 plan and of
+    the workload planner's, with theta and with a "public" sample (2^14 other rows)."""
+    from dpmarginals.workload import Workload, plan_workload
+
+    data = load(ds, d=d, n=args.n, rng=np.random.SeedSequence([0, 1]))
+    public = load(ds, d=d, n=2**14, rng=np.random.SeedSequence([99]))
+    workload = Workload.all_k(data.domain, args.k)
+    queries = random_queries(data.domain, args.k, args.queries, rng=np.random.SeedSequence(2))
+    truth = [data.marginal(q) for q in queries]
+    plans = {"calm": (CALM(epsilon=eps, k=args.k).plan(data.domain, data.n), None)}
+    for tag, pub in (("theta", None), ("public", public)):
+        choice = plan_workload(data.domain, data.n, eps, workload, public=pub)
+        plans[tag] = (choice.plan(data.domain, data.n, eps), choice.total)
+    out: dict[str, Any] = {"dataset": ds, "d": d, "epsilon": eps}
+    for tag, (plan, predicted) in plans.items():
+        errs = [sse(consistent_synopsis(data.domain, collect(data, plan, rng=seed), "calm", {}),
+                    queries, truth) for seed in range(args.seeds)]
+        out[tag] = {"l": plan.params["l"], "m": plan.m,
+                    "oracle": sorted({g.oracle for g in plan.groups}),
+                    "measured": float(np.mean(errs)), "predicted": predicted}
+    return out
+
+
+def fmt(x: float | None, spec: str = ".3g") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=2**16)
+    parser.add_argument("--k", type=int, default=3)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--queries", type=int, default=50)
+    parser.add_argument("--decompose", type=int, default=1,
+                        help="seeds whose error is split into sources (default 1)")
+    parser.add_argument("--coverage", type=int, default=0, help="coverage runs (default 0)")
+    parser.add_argument("--coverage-queries", type=int, default=4)
+    parser.add_argument("--coverage-settings", default="msnbc:8:1.0,msnbc:8:2.0,adult3:8:1.0")
+    parser.add_argument("--replicates", type=int, default=30)
+    parser.add_argument("--settings", default=None, help="e.g. msnbc:16:1.0,adult3:8:0.2")
+    parser.add_argument("--planner", default=None,
+                        help="also compare the workload planner's plans, e.g. msnbc:8:1.0")
+    parser.add_argument("--json", default=None, help="save every number here")
+    args = parser.parse_args(argv)
+    warnings.simplefilter("ignore")
+
+    def parse(spec: str) -> list[tuple[str, int, float]]:
+        return [(s.split(":")[0], int(s.split(":")[1]), float(s.split(":")[2]))
+                for s in spec.split(",") if s]
+
+    grid = parse(args.settings) if args.settings is not None else GRID
+    results = []
+    print("| data | d | eps | l | m | CALM SSE | calm-pgm SSE | ratio | calm-pgm fit s "
+          "| CALM noise / sampling / recon. | calm-pgm noise / sampling / recon. |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
+    for ds, d, eps in grid:
+        r = run_setting(ds, d, eps, args)
+        results.append(r)
+        src = {m: " / ".join(fmt(r[f"{m}_sources"][s], ".2e")
+                             for s in ("noise", "sampling", "reconstruction"))
+               if f"{m}_sources" in r else "-" for m in ("calm", "pgm")}
+        print(f"| {ds} | {d} | {eps} | {r['l']} | {r['m']} | {r['calm']:.3e} | {r['pgm']:.3e} "
+              f"| **{r['ratio']:.2f}** | {r['pgm_seconds']:.1f} (max {r['pgm_seconds_max']:.1f}) "
+              f"| {src['calm']} | {src['pgm']} |", flush=True)
+    coverage = []
+    if args.coverage:
+        print("\n| data | d | eps | l | runs | CALM covered | CALM reconstructed "
+              "| calm-pgm covered | calm-pgm reconstructed | std seconds (calm / pgm) |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+        for ds, d, eps in parse(args.coverage_settings):
+            c = run_coverage(ds, d, eps, args)
+            coverage.append(c)
+            print(f"| {ds} | {d} | {eps} | {c['l']} | {c['runs']} "
+                  f"| {fmt(c.get('calm_covered'), '.1%')} "
+                  f"| {fmt(c.get('calm_reconstructed'), '.1%')} ({c['reconstructed_size']}-way) "
+                  f"| {fmt(c.get('pgm_covered'), '.1%')} "
+                  f"| {fmt(c.get('pgm_reconstructed'), '.1%')} "
+                  f"| {c['std_seconds']['calm']:.0f} / {c['std_seconds']['pgm']:.0f} |",
+                  flush=True)
+    planner = []
+    if args.planner:
+        print("\n| data | d | eps | CALM Alg. 1: l, m, SSE | workload (theta): l, m, oracle, "
+              "predicted, measured | workload (public sample): l, m, oracle, predicted, "
+              "measured |")
+        print("|---|---:|---:|---|---|---|")
+        for ds, d, eps in parse(args.planner):
+            r = run_planner(ds, d, eps, args)
+            planner.append(r)
+            cells = [f"{r['calm']['l']}, {r['calm']['m']}, {r['calm']['measured']:.3g}"]
+            for tag in ("theta", "public"):
+                x = r[tag]
+                cells.append(f"{x['l']}, {x['m']}, {'/'.join(x['oracle'])}, "
+                             f"{x['predicted']:.3g}, {x['measured']:.3g}")
+            print(f"| {ds} | {d} | {eps} | " + " | ".join(cells) + " |", flush=True)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"settings": results, "coverage": coverage, "planner": planner,
+                       "argv": sys.argv[1:]}, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,133 @@
+"""``calm-pgm``: CALM's plan and reports, graphical-model inference instead of consistency.
+
+The plan is CALM's, unchanged (same (m, l), attribute sets and oracles, and so the same
+plan hash): reports collected for CALM can be fed to either inference.  The noisy views go
+through :func:`dpmarginals.inference.pgm.pgm_estimate` (empirical-Bayes shrinkage of each
+marginal's interactions toward max-entropy, then ``mbi``'s maximum-entropy graphical-model
+estimator), and the result is a :class:`PGMSynopsis` that stores the model's
+log-potentials: loading it and answering queries needs neither JAX nor ``mbi``.
+
+Any method that produces noisy marginals with their variances can use the same inference
+through :func:`pgm_synopsis` (``CALM(inference="pgm")`` does).
+
+Fitting needs the optional extra: ``pip install 'dpmarginals[pgm]'``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from ..dataset import Dataset
+from ..domain import Domain
+from ..errors import DPMarginalsError, check_positive_int
+from ..inference.pgm import GraphicalModel, NoisyMarginal, pgm_estimate, require_mbi
+from ..plan import Plan
+from ..randomness import RNGLike
+from ..synopsis import Synopsis, check_query
+from ..table import MarginalTable
+from .calm import CALM
+
+__all__ = ["CALMPGM", "PGMSynopsis", "pgm_options", "pgm_synopsis"]
+
+#: Mirror-descent iterations of a bootstrap re-fit (warm-started at the fitted model).
+REFIT_ITERS = 200
+
+
+@dataclass(eq=False)
+class PGMSynopsis(Synopsis):
+    """A graphical model fitted to noisy marginals; any marginal is inferred from it.
+
+    ``options``: the inference options (shrink, keep, iters), so that a bootstrap re-fit
+    (:mod:`dpmarginals.stderr`) repeats the same inference.
+    """
+
+    kind: ClassVar[str] = "pgm"
+    domain: Domain
+    model: GraphicalModel
+    method: str = "calm_pgm"
+    info: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def marginal(self, attrs: Sequence[str], *, std: bool = False) -> MarginalTable:
+        """The model's marginal; ``std=True`` attaches per-cell standard errors."""
+        attrs = check_query(self.domain, attrs)
+        table = self.model.marginal(attrs)
+        if not std:
+            return MarginalTable(self.domain.project(attrs), table)
+        from ..stderr import standard_errors
+
+        errors, _ = standard_errors(self, attrs, table)
+        return MarginalTable(self.domain.project(attrs), table, errors)
+
+    def refit(self, views: Sequence[NoisyMarginal], *, iters: int = REFIT_ITERS) -> PGMSynopsis:
+        """The same inference on other views, warm-started here with the same cliques."""
+        opts = {**self.options, "iters": iters}
+        model, _ = pgm_estimate(self.domain, views, warm_start=self.model,
+                                cliques=self.info.get("cliques"), **opts)
+        return PGMSynopsis(self.domain, model, self.method, {}, self.options)
+
+    def _payload(self) -> dict[str, Any]:
+        return {"info": self.info, "options": self.options, "model": self.model.to_dict()}
+
+    @classmethod
+    def _from_payload(cls, domain: Domain, method: str, payload: Mapping[str, Any]) -> Synopsis:
+        model = GraphicalModel.from_dict(domain, payload["model"])
+        return cls(domain, model, method, dict(payload.get("info", {})),
+                   dict(payload.get("options", {})))
+
+
+def pgm_options(method: Any) -> dict[str, Any]:
+    """The inference options a method object carries (defaults where it has none)."""
+    return {"shrink": bool(getattr(method, "shrink", True)),
+            "keep": float(getattr(method, "keep", 0.2)),
+            "iters": int(getattr(method, "iters", 1000))}
+
+
+def pgm_synopsis(domain: Domain, views: Sequence[NoisyMarginal], method: str,
+                 info: Mapping[str, Any], *, shrink: bool = True, keep: float = 0.2,
+                 iters: int = 1000) -> PGMSynopsis:
+    """Graphical-model inference over noisy views, packed as a synopsis."""
+    options = {"shrink": shrink, "keep": keep, "iters": iters}
+    model, fit = pgm_estimate(domain, views, **options)
+    return PGMSynopsis(domain, model, method, {**info, **fit}, options)
+
+
+@dataclass
+class CALMPGM(CALM):
+    """CALM's plan and collection; inference by shrinkage + a graphical model (``mbi``).
+
+    ``shrink``: empirical-Bayes shrinkage before the fit (default on; off gives the plain
+    ``mbi`` estimator on the noisy views).  ``keep``: a view whose interaction keeps less
+    than this fraction after shrinkage is modelled through its sub-marginals only.
+    ``iters``: mirror-descent iterations.
+    """
+
+    inference: str = "pgm"
+    shrink: bool = True
+    keep: float = 0.2
+    iters: int = 1000
+    name: ClassVar[str] = "calm_pgm"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.inference != "pgm":
+            raise DPMarginalsError("calm-pgm always uses inference='pgm'")
+        if not 0.0 <= float(self.keep) <= 1.0:
+            raise DPMarginalsError(f"keep must be in [0, 1], got {self.keep!r}")
+        self.iters = check_positive_int(self.iters, "iters")
+
+    def plan(self, domain: Domain, n: int) -> Plan:
+        """CALM's plan, unchanged (``method`` stays "calm", so the hash is CALM's)."""
+        plan = super().plan(domain, n)
+        return dataclasses.replace(plan, method=CALM.name)
+
+    def run(self, data: Dataset, *, rng: RNGLike = None) -> Synopsis:
+        require_mbi()  # fail before collecting when the extra is missing
+        clock = time.perf_counter()
+        synopsis = super().run(data, rng=rng)
+        synopsis.info["seconds"] = time.perf_counter() - clock
+        return synopsis
