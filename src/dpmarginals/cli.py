@@ -312,10 +312,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_run)
 
     from .central.command import register as register_central
+    from .engines.command import register as register_engines
     from .service.command import register as register_service
 
     register_central(sub)
     register_service(sub)
+    register_engines(sub)
 
     p = sub.add_parser("query", help="answer a marginal from a saved synopsis",
                        description="Answer one marginal from a synopsis saved by `run --out`.")

@@ -57,7 +57,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -77,7 +77,14 @@ from .noise import (
 )
 from .sparse import SparseRecords, read_records
 
-__all__ = ["DPMarginals", "DPMarginalsResult", "Level", "spurious_fraction", "true_counts"]
+__all__ = [
+    "DPMarginals",
+    "DPMarginalsResult",
+    "Level",
+    "TupleCounter",
+    "spurious_fraction",
+    "true_counts",
+]
 
 _CHUNK_PAIRS = 1 << 22  # join pairs generated per chunk
 _CACHE_ROWS = 1 << 25  # keep a stage's (user, tuple) rows in memory up to this many
@@ -654,15 +661,34 @@ class DPMarginals:
         *,
         rng: RNGLike = None,
         simulation: bool = False,
+        engine: str = "numpy",
+        spark: Any = None,
+        threads: int | None = None,
     ) -> DPMarginalsResult:
-        """Run Algorithm 1 on ``data`` (records, a table with NaN for empty, or a file).
+        """Run Algorithm 1 on ``data`` (records, a table with NaN for empty, a file, or a
+        records directory of :func:`dpmarginals.engines.parquet.write_records`).
 
         ``rng=None`` is the private release (OpenDP noise, OS randomness).  A seed is only
         accepted with ``simulation=True``: a non-private, reproducible simulation.
+
+        ``engine`` runs the counting passes (per-user tuple counts, contribution bounding,
+        the histograms, the apriori join of each user's tuples): ``"numpy"`` in memory
+        (default), ``"duckdb"`` (out of core; a records directory is scanned from its
+        Parquet files) or ``"spark"`` (``spark``: a SparkSession, default the active one;
+        needs the ``spark`` extra).  Noise, thresholds and candidates stay on the driver.
+        The SQL engines bound contributions by a keyed hash (:func:`dpmarginals.engines.
+        base.priority`) instead of numpy's random draws, so with the same seed they agree
+        with each other exactly, and with numpy exactly when no user exceeds ``Delta_k``.
         """
-        records = _as_records(data)
         noise = noise_source(rng, simulation=simulation)
-        runner = _Run(self, records, noise)
+        if engine == "numpy":
+            records: Any = _as_records(data)
+            counter: TupleCounter = _MemoryCounter(records)
+        else:
+            from ..engines import tuple_counter
+
+            records, counter = tuple_counter(data, engine, spark=spark, threads=threads)
+        runner = _Run(self, records, noise, counter)
         levels = runner.run()
         items = [(records.columns[int(records.item_column[i])], records.item_value_label(int(i)))
                  for i in runner.s1_items]
@@ -678,6 +704,13 @@ def _as_records(data: Any) -> SparseRecords:
         records = data
     elif isinstance(data, pd.DataFrame):
         records = SparseRecords.from_frame(data)
+    elif isinstance(data, str | Path) and Path(data).is_dir():
+        from ..engines.parquet import is_records_dir, load_records
+
+        if not is_records_dir(data):
+            raise DPMarginalsError(f"{str(data)!r} is a directory but not a records directory "
+                                   "(write one with dpmarginals.engines.parquet.write_records)")
+        records = load_records(data)
     elif isinstance(data, str | Path):
         records = read_records(data)
     else:
@@ -689,26 +722,110 @@ def _as_records(data: Any) -> SparseRecords:
     return records
 
 
+class TupleCounter(Protocol):
+    """The counting passes of Algorithm 1, over records that may not fit in memory.
+
+    ``sizes(k, index, cap)`` builds every user's valid k-tuples ``W_u`` (from her held
+    (k-1)-tuples of ``S_{k-1}``; the record's items for ``k = 1``) and returns ``|W_u|``
+    for every user (entries may be clipped at ``cap``; order free).  ``kept(k, delta,
+    noise)`` bounds each user to ``delta`` tuples and returns the distinct kept keys
+    (sorted; item ids for ``k = 1``, ``V_k`` keys otherwise) with their counts.
+    ``advance(k, index, s1_items)`` makes each user's held tuples those of ``S_k``.
+    Implementations: :class:`_MemoryCounter` (numpy, the default) and the DuckDB and
+    Spark counters of :mod:`dpmarginals.engines`.
+    """
+
+    def sizes(self, k: int, index: _TupleIndex | None, cap: int) -> np.ndarray: ...
+
+    def kept(self, k: int, delta: int, noise: NoiseSource) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def advance(self, k: int, index: _TupleIndex, s1_items: np.ndarray) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class _MemoryCounter:
+    """The in-memory (numpy) counting passes over :class:`SparseRecords`."""
+
+    def __init__(self, records: SparseRecords) -> None:
+        self.records = records
+        self.n = records.n
+        self.held_u = np.zeros(0, np.int64)
+        self.held_idx = np.zeros(0, np.int64)
+        self.users: _UserTuples | None = None
+        self.per_user = np.zeros(0, np.int64)
+
+    def sizes(self, k: int, index: _TupleIndex | None, cap: int) -> np.ndarray:
+        if k == 1:
+            self.per_user = self.records.lengths()
+            return self.per_user
+        assert index is not None
+        self.users = _UserTuples(index, k, self.held_u, self.held_idx)
+        sizes = np.zeros(self.n, np.int64)
+        for cu, _ in self.users:
+            sizes += np.bincount(cu, minlength=self.n)
+        self.per_user = sizes
+        return sizes
+
+    def kept(self, k: int, delta: int, noise: NoiseSource) -> tuple[np.ndarray, np.ndarray]:
+        if k == 1:
+            keep = _bounded(self.records.rows(), self.per_user, delta, noise)
+            hist = np.bincount(self.records.items[keep], minlength=self.records.n_items)
+            keys = np.flatnonzero(hist)
+            return keys, hist[keys]
+        assert self.users is not None
+        kept = [ck[_bounded(cu, self.per_user, delta, noise)] for cu, ck in self.users]
+        kept_keys = np.concatenate(kept) if kept else np.zeros(0, np.int64)
+        return np.unique(kept_keys, return_counts=True)
+
+    def advance(self, k: int, index: _TupleIndex, s1_items: np.ndarray) -> None:
+        if k == 1:
+            rank = np.full(self.records.n_items, -1, np.int64)
+            rank[s1_items] = np.arange(s1_items.size)
+            r = rank[self.records.items]
+            self.held_u, self.held_idx = self.records.rows()[r >= 0], r[r >= 0]
+            return
+        assert self.users is not None
+        out_map = index.maps[k]
+        assert out_map is not None
+        nu, ni = [], []
+        for cu, ck in self.users:
+            pos = out_map.find(ck)
+            hit = pos >= 0
+            nu.append(cu[hit])
+            ni.append(pos[hit])
+        self.held_u = np.concatenate(nu) if nu else np.zeros(0, np.int64)
+        self.held_idx = np.concatenate(ni) if ni else np.zeros(0, np.int64)
+
+    def close(self) -> None:
+        self.users = None
+
+
 class _Run:
     """One execution of Algorithm 1 (state shared by the stages)."""
 
-    def __init__(self, algo: DPMarginals, records: SparseRecords, noise: NoiseSource) -> None:
+    def __init__(self, algo: DPMarginals, records: Any, noise: NoiseSource,
+                 counter: TupleCounter) -> None:
         self.algo = algo
-        self.records = records
+        self.records = records  # SparseRecords or a RecordsTable: n, columns, item_column
         self.noise = noise
+        self.counter = counter
         self.budget = algo.budget
         self.timings: list[dict[str, float]] = []
         self.s1_items = np.zeros(0, np.int64)
 
-    def _delta_k(self, sizes: np.ndarray, k: int) -> int:
-        """``Delta_k``: the DP percentile of the users' numbers of valid k-tuples.
-
-        Candidates go up to ``max_contribution``, or to ``C(d, k)`` for a table with ``d``
-        columns (its schema is public and no record has more k-tuples than that).
-        """
+    def _upper(self, k: int) -> int:
+        """Largest candidate ``Delta_k``: ``max_contribution``, or ``C(d, k)`` for a table
+        with ``d`` columns (its schema is public and no record has more k-tuples)."""
         upper = self.algo.max_contribution
         if not self.records.binary:
             upper = max(1, min(upper, math.comb(len(self.records.columns), k)))
+        return upper
+
+    def _delta_k(self, k: int, index: _TupleIndex | None) -> int:
+        """``Delta_k``: the DP percentile of the users' numbers of valid k-tuples."""
+        upper = self._upper(k)
+        sizes = self.counter.sizes(k, index, upper + 1)
         return self.noise.percentile(sizes, self.algo.percentile, self.budget.epsilon_q, upper)
 
     def _set_union_threshold(self, scale: float, bound: int) -> float:
@@ -717,23 +834,24 @@ class _Run:
         return 1.0 + dg_threshold(_delta_tail(d, bound), scale)
 
     def run(self) -> list[Level]:
-        n, T = self.records.n, self.algo.max_k
+        try:
+            return self._run()
+        finally:
+            self.counter.close()
+
+    def _run(self) -> list[Level]:
+        T = self.algo.max_k
         clock = time.perf_counter()
         # -- k = 1 ------------------------------------------------------------------------
-        u = self.records.rows()
-        items = self.records.items
-        lengths = self.records.lengths()
-        d1 = self._delta_k(lengths, 1)
+        d1 = self._delta_k(1, None)
         t_pct = time.perf_counter()
-        keep = _bounded(u, lengths, d1, self.noise)
-        hist = np.bincount(items[keep], minlength=self.records.n_items)
-        omega = np.flatnonzero(hist)
+        omega, hist = self.counter.kept(1, d1, self.noise)
         t_count = time.perf_counter()
         scale = self.budget.sigmas[0] * math.sqrt(d1)
         rho = self._set_union_threshold(scale, d1)
-        noisy = self.noise.add_discrete_gaussian(hist[omega], scale)
+        noisy = self.noise.add_discrete_gaussian(hist, scale)
         sel = noisy > rho
-        self.s1_items = omega[sel]
+        self.s1_items = np.asarray(omega, np.int64)[sel]
         levels = [Level(1, np.arange(int(sel.sum()), dtype=np.int64)[:, None], noisy[sel],
                         d1, rho, None, scale, False)]
         t_noise = time.perf_counter()
@@ -742,10 +860,8 @@ class _Run:
                              "total": t_noise - clock})
         # compact ids: rank in S_1
         index = _TupleIndex(self.records.item_column[self.s1_items])
-        rank = np.full(self.records.n_items, -1, np.int64)
-        rank[self.s1_items] = np.arange(self.s1_items.size)
-        r = rank[items]
-        held_u, held_idx = u[r >= 0], r[r >= 0]
+        if T >= 2 and index.size(1) >= 2:
+            self.counter.advance(1, index, self.s1_items)
         # -- k = 2..T ---------------------------------------------------------------------
         for k in range(2, T + 1):
             clock = time.perf_counter()
@@ -753,14 +869,11 @@ class _Run:
                 levels.extend(_empty(j) for j in range(k, T + 1))
                 self.timings.extend({"total": 0.0} for _ in range(k, T + 1))
                 break
-            level, held_u, held_idx = self._stage(k, index, held_u, held_idx, n)
-            levels.append(level)
+            levels.append(self._stage(k, index))
             self.timings[-1]["total"] = time.perf_counter() - clock
         return levels
 
-    def _stage(
-        self, k: int, index: _TupleIndex, held_u: np.ndarray, held_idx: np.ndarray, n: int
-    ) -> tuple[Level, np.ndarray, np.ndarray]:
+    def _stage(self, k: int, index: _TupleIndex) -> Level:
         algo, noise = self.algo, self.noise
         t0 = time.perf_counter()
         n_prev = index.size(k - 1)
@@ -769,38 +882,32 @@ class _Run:
         else:
             n_cand, cand_keys = _count_candidates(index, k, algo.max_materialized)
         t1 = time.perf_counter()
-        users = _UserTuples(index, k, held_u, held_idx)
-        sizes = np.zeros(n, np.int64)
-        for cu, _ in users:
-            sizes += np.bincount(cu, minlength=n)
-        dk = self._delta_k(sizes, k)
+        dk = self._delta_k(k, index)
         t2 = time.perf_counter()
-        kept = [ck[_bounded(cu, sizes, dk, noise)] for cu, ck in users]
-        kept_keys = np.concatenate(kept) if kept else np.zeros(0, np.int64)
+        kept_keys, kept_counts = self.counter.kept(k, dk, noise)
         t3 = time.perf_counter()
         scale = self.budget.sigmas[k - 1] * math.sqrt(dk)
         implicit = False
         if algo.no_spurious:
-            omega, hist = np.unique(kept_keys, return_counts=True)
-            n_cand = int(omega.size)
+            n_cand = int(kept_keys.size)
             rho = self._set_union_threshold(scale, dk)
-            noisy = noise.add_discrete_gaussian(hist, scale)
+            noisy = noise.add_discrete_gaussian(kept_counts, scale)
             sel = noisy > rho
-            out_keys, out_counts = omega[sel], noisy[sel]
+            out_keys, out_counts = kept_keys[sel], noisy[sel]
         elif n_cand == 0:
             rho, out_keys, out_counts = float("nan"), np.zeros(0, np.int64), np.zeros(0, np.int64)
         else:
             rho = float(dg_threshold(algo.eta * min(1.0, n_prev / n_cand), scale))
             if cand_keys is not None:  # V_k materialised: noise on every candidate
-                pos = _KeyMap(cand_keys, index.key_space(k)).find(kept_keys)
-                hist = np.bincount(pos, minlength=cand_keys.size)
+                hist = np.zeros(cand_keys.size, np.int64)
+                hist[_KeyMap(cand_keys, index.key_space(k)).find(kept_keys)] = kept_counts
                 noisy = noise.add_discrete_gaussian(hist, scale)
                 sel = noisy > rho
                 out_keys, out_counts = cand_keys[sel], noisy[sel]
             else:  # implicit: noise on held candidates, unheld ones sampled in aggregate
                 implicit = True
-                held_keys, hist = np.unique(kept_keys, return_counts=True)
-                noisy = noise.add_discrete_gaussian(hist, scale)
+                held_keys = kept_keys
+                noisy = noise.add_discrete_gaussian(kept_counts, scale)
                 sel = noisy > rho
                 n0 = n_cand - int(held_keys.size)
                 m = sample_binomial(n0, dg_sf(int(rho), scale), float(noise.random(1)[0]))
@@ -813,23 +920,13 @@ class _Run:
         index.add_level(out_keys)
         t4 = time.perf_counter()
         # the next stage starts from the tuples of S_k each record holds (all of them)
-        nu, ni = [], []
-        if out_keys.size and k < algo.max_k:
-            out_map = index.maps[k]
-            assert out_map is not None
-            for cu, ck in users:
-                pos = out_map.find(ck)
-                hit = pos >= 0
-                nu.append(cu[hit])
-                ni.append(pos[hit])
-        held_u = np.concatenate(nu) if nu else np.zeros(0, np.int64)
-        held_idx = np.concatenate(ni) if ni else np.zeros(0, np.int64)
+        if out_keys.size >= 2 and k < algo.max_k:
+            self.counter.advance(k, index, self.s1_items)
         self.timings.append({"candidates": t1 - t0, "percentile": t2 - t1,
                              "bounding": t3 - t2, "noise": t4 - t3,
                              "total": 0.0, "next": time.perf_counter() - t4})
-        level = Level(k, index.tuples[k].copy(), np.asarray(out_counts, np.int64), dk,
-                      rho, None if algo.no_spurious else int(n_cand), scale, implicit)
-        return level, held_u, held_idx
+        return Level(k, index.tuples[k].copy(), np.asarray(out_counts, np.int64), dk,
+                     rho, None if algo.no_spurious else int(n_cand), scale, implicit)
 
 
 def _empty(k: int) -> Level:

@@ -1,0 +1,156 @@
+"""Counting engines: the aggregator's one heavy, exact, mergeable operation at any scale.
+
+Everything an aggregator does after counting reports per (group, cell) -- unbiasing,
+consistency, reconstruction -- is small.  :func:`count_supports` does the counting on one
+of three engines that return *identical* count tensors (tests check equality with
+``oracle.support`` for every oracle):
+
+* ``"numpy"``: in memory (``oracle.support``); reads Parquet a batch at a time.  The
+  default for in-process runs.
+* ``"duckdb"``: DuckDB SQL over the Parquet files of a campaign; out of core, all cores,
+  small memory.  The embedded default for stored reports.
+* ``"spark"``: Apache Spark (DataFrame API only, no Python UDFs) for report sets that
+  one machine cannot hold; the ``spark`` extra (``pip install dpmarginals[spark]``).
+
+Reports live in the Parquet layout of :mod:`.parquet` (``campaign=<id>/group=<g>/``);
+:func:`.parquet.write_reports` and :func:`.parquet.export_reports` write it.
+
+>>> import tempfile
+>>> from dpmarginals.domain import Domain
+>>> from dpmarginals.oracles import OUE
+>>> from dpmarginals.plan import GroupSpec, Plan
+>>> plan = Plan("calm", 1.0, Domain(("a",), (12,)), (GroupSpec(("a",), "oue", 1.0, 12),))
+>>> reports = OUE(1.0, 12).perturb(np.arange(1000) % 12, rng=0)
+>>> root = tempfile.mkdtemp()
+>>> _ = write_reports(plan, root, "demo", [reports])
+>>> (s1, n1), (s2, n2) = (count_supports(plan, root, e) for e in ("numpy", "duckdb"))
+>>> bool((s1[0] == OUE(1.0, 12).support(reports)).all() and (s1[0] == s2[0]).all()), n2
+(True, array([1000]))
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import DPMarginalsError
+from ..plan import Plan
+from .base import ENGINES, Counts, check_engine
+from .parquet import export_reports, resolve_campaign, write_records, write_reports
+
+__all__ = [
+    "ENGINES",
+    "Counts",
+    "count_supports",
+    "estimate",
+    "export_reports",
+    "tuple_counter",
+    "write_records",
+    "write_reports",
+]
+
+
+def count_supports(
+    plan: Plan,
+    reports: str | Path | Sequence[Any] | Mapping[int, Any],
+    engine: str = "numpy",
+    *,
+    campaign: str | None = None,
+    spark: Any = None,
+    threads: int | None = None,
+) -> Counts:
+    """Support counts per (group, cell) and reports per group: ``(supports, users)``.
+
+    ``reports``: a directory of the Parquet layout (the root holding ``campaign=<id>``
+    directories -- name the campaign if there are several -- or a campaign directory), or,
+    for the numpy engine, native report arrays (one per group, or ``{group: array}``).
+    ``threads`` caps DuckDB's worker threads; ``spark`` is the SparkSession to use
+    (default: the active one, else a local one).  The result feeds
+    :func:`dpmarginals.local.collect.estimate_views` directly.
+    """
+    engine = check_engine(engine)
+    if not isinstance(reports, str | Path):
+        if engine != "numpy":
+            raise DPMarginalsError(f"the {engine} engine reads reports from Parquet files: "
+                                   "write them with dpmarginals.engines.write_reports first")
+        from .numpy_engine import count_arrays
+
+        return count_arrays(plan, reports)
+    if engine == "spark":
+        from .spark_engine import SparkEngine
+
+        return SparkEngine(spark).count(plan, reports, campaign=campaign)
+    campaign_dir = resolve_campaign(reports, campaign)
+    if engine == "duckdb":
+        from .duckdb_engine import DuckDBEngine
+
+        duck = DuckDBEngine(threads=threads)
+        try:
+            return duck.count(plan, campaign_dir)
+        finally:
+            duck.close()
+    from .numpy_engine import count_parquet
+
+    return count_parquet(plan, campaign_dir)
+
+
+def estimate(
+    plan: Plan,
+    reports: str | Path | Sequence[Any] | Mapping[int, Any],
+    engine: str = "numpy",
+    *,
+    campaign: str | None = None,
+    spark: Any = None,
+    threads: int | None = None,
+    max_rounds: int = 1000,
+) -> Any:
+    """Count, unbias, make consistent: the synopsis of a campaign's reports.
+
+    The same pipeline as the collection service's (``synopsis_from_counts``): groups
+    without reports are left out.  ``synopsis.info`` records the engine and its seconds.
+    """
+    from ..service import synopsis_from_counts
+
+    start = time.perf_counter()
+    supports, users = count_supports(plan, reports, engine, campaign=campaign, spark=spark,
+                                     threads=threads)
+    counted = time.perf_counter()
+    synopsis = synopsis_from_counts(plan, supports, users, max_rounds=max_rounds)
+    synopsis.info["engine"] = engine
+    synopsis.info["reports_per_group"] = [int(u) for u in np.asarray(users)]
+    synopsis.info["stage_seconds"] = {"count": counted - start,
+                                      "estimate": time.perf_counter() - counted}
+    return synopsis
+
+
+def tuple_counter(data: Any, engine: str, *, spark: Any = None,
+                  threads: int | None = None) -> tuple[Any, Any]:
+    """``(records metadata, counter)`` for the central-DP extraction on a SQL engine.
+
+    ``data``: a records directory (:func:`.parquet.write_records`; its entries are scanned
+    by the engine and never loaded by Python), or anything ``DPMarginals.fit`` reads in
+    memory (records, a DataFrame, a file).
+    """
+    engine = check_engine(engine)
+    from ..central.dp_marginals import _as_records
+    from .parquet import is_records_dir, open_records
+
+    local_dir = isinstance(data, str | Path) and is_records_dir(data)
+    if engine == "spark":
+        from .spark_engine import SparkTupleCounter
+
+        counter = SparkTupleCounter(data, spark=spark)
+        return counter.records, counter
+    if engine == "duckdb":
+        from .duckdb_engine import DuckDBTupleCounter
+
+        records = open_records(data) if local_dir else _as_records(data)
+        return records, DuckDBTupleCounter(records, threads=threads)
+    from ..central.dp_marginals import _MemoryCounter
+
+    records = _as_records(data)
+    return records, _MemoryCounter(records)
