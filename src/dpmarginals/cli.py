@@ -313,11 +313,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .central.command import register as register_central
     from .engines.command import register as register_engines
+    from .experiments.command import register as register_experiments
     from .service.command import register as register_service
 
     register_central(sub)
     register_service(sub)
     register_engines(sub)
+    register_experiments(sub)
 
     p = sub.add_parser("query", help="answer a marginal from a saved synopsis",
                        description="Answer one marginal from a synopsis saved by `run --out`.")

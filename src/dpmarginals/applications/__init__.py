@@ -1,0 +1,37 @@
+"""What analysts do with released marginals: the applications the papers evaluate.
+
+Every function takes any synopsis (or, for the non-private reference, a
+:class:`~dpmarginals.dataset.Dataset`, which answers marginals exactly):
+
+* :func:`chi_squared_test` / :func:`independence_test` -- association between two
+  attributes from a private 2-way marginal (Cormode et al. §6.1);
+* :func:`chow_liu_tree`, :func:`compare_trees` -- dependency trees from private 2-way
+  marginals, with the true total mutual information vs. the non-private tree (§6.2);
+* :func:`misclassification` (in :mod:`.classification`) -- CALM §5.4: a linear SVM
+  trained on synthetic records sampled from a private k-way marginal;
+* synthetic records: :func:`dpmarginals.synthetic.synthesize`.
+"""
+
+from __future__ import annotations
+
+from .association import ChiSquaredResult, chi_squared_test, independence_test
+from .chow_liu import (
+    ChowLiuTree,
+    chow_liu_tree,
+    compare_trees,
+    mutual_information,
+    pairwise_mutual_information,
+    tree_mutual_information,
+)
+
+__all__ = [
+    "ChiSquaredResult",
+    "ChowLiuTree",
+    "chi_squared_test",
+    "chow_liu_tree",
+    "compare_trees",
+    "independence_test",
+    "mutual_information",
+    "pairwise_mutual_information",
+    "tree_mutual_information",
+]

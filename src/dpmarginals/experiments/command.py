@@ -1,0 +1,157 @@
+"""The ``dpmarginals experiment`` and ``dpmarginals synthesize`` subcommands.
+
+``register(subparsers)`` adds both to the ``dpmarginals`` parser (the subparsers action of
+:func:`dpmarginals.cli.build_parser`, whose parser class prints one-line errors).  Errors a
+user can cause raise :class:`~dpmarginals.errors.DPMarginalsError`, which the CLI prints as
+one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import DPMarginalsError
+
+__all__ = ["register"]
+
+_EXPERIMENT_HELP = """\
+Reproduce a figure or table of the CALM (CCS 2018) and Cormode-Kulkarni-Srivastava
+(SIGMOD 2018) evaluations on the real data sets (see `dpmarginals datasets`; set
+$DPMARGINALS_DATA to the folder holding them). Writes OUT/NAME/results.csv (one row per
+method x setting x repeat), the figure(s) as PNG and summary.md (the numbers and the
+papers' orderings checked) -- OUT/NAME-quick/ with --quick. An interrupted run resumes
+from the rows already written; the same --seed gives the same numbers for any --jobs."""
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer seed, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a seed >= 0, got {value}")
+    return value
+
+
+def _cmd_experiment(args: argparse.Namespace) -> int:
+    from .registry import describe, get
+    from .runner import run_experiment
+
+    if args.list or args.name is None:
+        if args.name is None and not args.list:
+            raise DPMarginalsError("name an experiment (dpmarginals experiment --list shows "
+                                   "them)")
+        rows = describe()
+        width = max(len(n) for n, _, _ in rows)
+        for name, paper, title in rows:
+            print(f"{name:<{width}}  {title} [{paper}]")
+        return 0
+    experiment = get(args.name)
+    start = time.perf_counter()
+    result = run_experiment(experiment, args.out, quick=args.quick, jobs=args.jobs,
+                            seed=args.seed, fresh=args.fresh)
+    elapsed = time.perf_counter() - start
+    ok = int((result.frame["status"] == "ok").sum()) if len(result.frame) else 0
+    print(f"{experiment.name}{' (quick)' if args.quick else ''}: {result.tasks_run} task(s) "
+          f"run, {result.tasks_skipped} already done; {len(result.frame)} rows ({ok} ok) in "
+          f"{elapsed:.1f} s")
+    print(f"  results: {result.results}")
+    for fig in result.figures:
+        print(f"  figure:  {fig}")
+    print(f"  summary: {result.summary}")
+    return 0
+
+
+def _cmd_synthesize(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from ..synopsis import load_synopsis
+    from ..synthetic import synthesize
+
+    synopsis = load_synopsis(args.synopsis)
+    attrs = None
+    if args.attributes:
+        attrs = [a.strip() for a in args.attributes.split(",") if a.strip()]
+    degree: Any = None if args.degree == "joint" else int(args.degree)
+    rng = np.random.SeedSequence(args.seed) if args.seed is not None else None
+    data = synthesize(synopsis, args.n, rng=rng, attributes=attrs, degree=degree)
+    out = Path(args.out)
+    try:
+        if out.suffix.lower() in (".parquet", ".pq"):
+            data.to_frame().to_parquet(out, index=False)
+        else:
+            data.to_frame().to_csv(out, index=False)
+    except OSError as exc:
+        raise DPMarginalsError(f"cannot write {str(out)!r}: {exc.strerror}") from None
+    print(f"wrote {data.n} synthetic records over {data.d} attributes to {out}",
+          file=sys.stderr)
+    return 0
+
+
+def _degree(text: str) -> str:
+    if text == "joint":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number or 'joint', got "
+                                         f"{text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
+    return str(value)
+
+
+def register(subparsers: Any) -> None:
+    """Add ``experiment`` and ``synthesize`` to the ``dpmarginals`` command."""
+    p = subparsers.add_parser(
+        "experiment", help="reproduce a figure/table of the papers (CSV + PNG + summary)",
+        description=_EXPERIMENT_HELP,
+        epilog="Example: dpmarginals experiment calm-fig4 --quick --out results/")
+    p.add_argument("name", nargs="?", default=None,
+                   help="experiment name (see --list), e.g. calm-fig4, cormode-fig4")
+    p.add_argument("--list", action="store_true", help="list the experiments and exit")
+    p.add_argument("--out", default="results",
+                   help="output folder (default: results); files go to OUT/NAME[-quick]/")
+    p.add_argument("--quick", action="store_true",
+                   help="a reduced grid (fewer repeats/queries, smaller n) that finishes in a "
+                   "few minutes, as CI runs it")
+    p.add_argument("--jobs", type=_positive_int, default=1,
+                   help="worker processes (default 1); results do not depend on it")
+    p.add_argument("--seed", type=_seed, default=0, help="simulation seed (default 0)")
+    p.add_argument("--fresh", action="store_true",
+                   help="discard the results already written instead of resuming")
+    p.set_defaults(func=_cmd_experiment)
+
+    p = subparsers.add_parser(
+        "synthesize", help="sample synthetic records from a saved synopsis",
+        description="Sample N synthetic records from a synopsis saved by `run --out` "
+        "(dpmarginals.synthetic.synthesize): attribute by attribute by the chain rule over a "
+        "Bayesian network whose conditionals are the synopsis's marginals (each attribute "
+        "has up to --degree parents, chosen along the Chow-Liu tree of the synopsis's "
+        "2-way marginals), or from the joint marginal with --degree joint. Post-processing "
+        "only: no privacy budget is spent. Writes integer codes as CSV (or Parquet).")
+    p.add_argument("synopsis", help="synopsis JSON file")
+    p.add_argument("--n", type=_positive_int, required=True, help="number of records")
+    p.add_argument("--out", required=True, help="output file (.csv or .parquet)")
+    p.add_argument("--seed", type=_seed, default=None,
+                   help="make the sampling reproducible (default: fresh randomness)")
+    p.add_argument("--attributes", default=None,
+                   help="comma-separated attributes to synthesize (default: all)")
+    p.add_argument("--degree", type=_degree, default="2",
+                   help="parents per attribute (default 2), or 'joint' to sample the joint "
+                   "marginal of all the attributes")
+    p.set_defaults(func=_cmd_synthesize)
