@@ -21,23 +21,15 @@ import os
 import socket
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any
 
-from ..errors import DPMarginalsError, check_epsilon
+from ..argtypes import epsilon as _epsilon
+from ..argtypes import positive_int as _positive_int
+from ..errors import DPMarginalsError
 
 __all__ = ["main", "register"]
 
 TOKEN_ENV = "DPMARGINALS_ADMIN_TOKEN"
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
-    return value
 
 
 def _port(text: str) -> int:
@@ -48,13 +40,6 @@ def _port(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"expected a port in 0..65535, got {value}")
     return value
-
-
-def _epsilon(text: str) -> float:
-    try:
-        return check_epsilon(text)
-    except DPMarginalsError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _need_service() -> None:
@@ -304,29 +289,11 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=_campaign_help)
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (as the main CLI's)."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    """Stand-alone entry point with the same error handling as ``dpmarginals``."""
-    parser = _Parser(prog="dpmarginals")
-    register(parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser))
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 0
-    try:
-        return int(args.func(args))
-    except DPMarginalsError as exc:
-        print(f"dpmarginals: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("dpmarginals: interrupted", file=sys.stderr)
-        return 130
+    """Stand-alone entry point (``python -m dpmarginals.service.command``): the CLI itself."""
+    from ..cli import main as cli_main
+
+    return cli_main(argv)
 
 
 if __name__ == "__main__":
