@@ -44,7 +44,7 @@ from dpmarginals.local.calm import CALM, consistent_synopsis
 from dpmarginals.local.calm_pgm import pgm_synopsis
 from dpmarginals.local.collect import NoisyView, assign_groups, collect
 from dpmarginals.randomness import simulation_rng
-from dpmarginals.stderr import collection_info, standard_errors
+from dpmarginals.stderr import REPLICATES, collection_info, standard_errors
 
 GRID = [(ds, d, eps) for ds, d in (("msnbc", 8), ("msnbc", 16), ("adult3", 8))
         for eps in (0.2, 1.0, 2.0)]
@@ -148,8 +148,11 @@ def run_coverage(ds: str, d: int, eps: float, args: argparse.Namespace) -> dict[
     for run in range(args.coverage):
         views = collect(data, plan, rng=1000 + run)
         info = {"n": data.n, **collection_info(plan, views)}
-        syns = {"calm": consistent_synopsis(data.domain, views, "calm", info),
-                "pgm": pgm_synopsis(data.domain, views, "calm_pgm", info)}
+        syns = {}
+        if "calm" in args.coverage_methods:
+            syns["calm"] = consistent_synopsis(data.domain, views, "calm", info)
+        if "pgm" in args.coverage_methods:
+            syns["pgm"] = pgm_synopsis(data.domain, views, "calm_pgm", info)
         for name, syn in syns.items():
             for kind, qs in (("covered", cov), ("reconstructed", rec)):
                 for q in qs:
@@ -212,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--coverage", type=int, default=0, help="coverage runs (default 0)")
     parser.add_argument("--coverage-queries", type=int, default=4)
     parser.add_argument("--coverage-settings", default="msnbc:8:1.0,msnbc:8:2.0,adult3:8:1.0")
-    parser.add_argument("--replicates", type=int, default=30)
+    parser.add_argument("--coverage-methods", default="calm,pgm")
+    parser.add_argument("--replicates", type=int, default=REPLICATES)
     parser.add_argument("--settings", default=None, help="e.g. msnbc:16:1.0,adult3:8:0.2")
     parser.add_argument("--planner", default=None,
                         help="also compare the workload planner's plans, e.g. msnbc:8:1.0")

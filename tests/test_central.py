@@ -562,6 +562,10 @@ def test_cli_json_and_text(monkeypatch, capsys, planted_file, tmp_path):
                          "1", "--delta", "1e-6", "--max-k", "2", "--seed", "3")
     assert code == 0
     assert "NON-PRIVATE simulation" in out and "NON-PRIVATE evaluation" in out
+    code, out, _ = _main(monkeypatch, capsys, "central", "--data", planted_file, "--epsilon",
+                         "1", "--delta", "1e-6", "--max-k", "2", "--seed", "3", "--engine",
+                         "duckdb", "--json")
+    assert code == 0 and 120 <= json.loads(out)["found"][0] <= 122
 
 
 @pytest.mark.parametrize("argv, message", [

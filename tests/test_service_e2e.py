@@ -29,6 +29,7 @@ from dpmarginals.domain import Domain
 from dpmarginals.plan import GroupSpec, Plan
 from dpmarginals.service import synopsis_from_reports
 from dpmarginals.service.store import SQLiteStore
+from dpmarginals.synopsis import load_synopsis
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 TOKEN = "e2e-admin-token"
@@ -156,6 +157,16 @@ def test_serve_client_and_query_as_a_new_user(tmp_path):
         exported = _read_jsonl(tmp_path / "export.jsonl")
         assert sorted(json.dumps(r, sort_keys=True) for r in exported) == sorted(
             json.dumps(r, sort_keys=True) for r in sent)
+        root = tmp_path / "reports"
+        out = _run("campaign", "export", "--server", server.url, "--id", "adult", "--token",
+                   TOKEN, "--parquet", str(root))
+        assert "wrote 5,060 reports" in out
+        _run("estimate", "--reports", str(root), "--engine", "duckdb",
+             "--out", str(tmp_path / "from_parquet.json"))
+        again = load_synopsis(tmp_path / "from_parquet.json")
+        for attrs in (["age", "sex"], ["race", "sex", "workclass"]):
+            np.testing.assert_allclose(again.marginal(attrs).values,
+                                       local.marginal(attrs).values, atol=1e-9)
     finally:
         code = server.stop()
     assert code == 0, server.read_log()

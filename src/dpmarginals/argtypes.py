@@ -8,7 +8,8 @@ from typing import NoReturn
 
 from .errors import DPMarginalsError, check_epsilon
 
-__all__ = ["OneLineParser", "epsilon", "number_in", "open_fraction", "positive_int", "validated"]
+__all__ = ["OneLineParser", "epsilon", "number_in", "open_fraction", "positive_int", "seed",
+           "validated"]
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -38,6 +39,17 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
+    return value
+
+
+def seed(text: str) -> int:
+    """A simulation seed: a whole number >= 0 (what numpy's SeedSequence accepts)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer seed, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a seed >= 0, got {value}")
     return value
 
 

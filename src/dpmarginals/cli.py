@@ -19,6 +19,7 @@ from .argtypes import OneLineParser
 from .argtypes import epsilon as _epsilon
 from .argtypes import open_fraction as _fraction
 from .argtypes import positive_int as _positive_int
+from .argtypes import seed as _seed
 from .errors import DPMarginalsError
 
 __all__ = ["main"]
@@ -241,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "needed) and print true vs. estimated marginal cells.")
     p.add_argument("--epsilon", type=_epsilon, default=1.0, help="privacy budget (default 1.0)")
     p.add_argument("--k", type=_positive_int, default=2, help="marginal size shown (default 2)")
-    p.add_argument("--seed", type=int, default=None,
+    p.add_argument("--seed", type=_seed, default=None,
                    help="make the run a reproducible simulation with this seed (default: "
                    "every user's randomness comes from the OS's secure source)")
     p.set_defaults(func=_cmd_demo)
@@ -306,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "aggregate counts from their exact distribution")
     p.add_argument("--queries", type=_positive_int, default=50, help="random queries (default 50)")
     p.add_argument("--repeats", type=_positive_int, default=1, help="independent runs (default 1)")
-    p.add_argument("--seed", type=int, default=0, help="simulation seed (default 0)")
+    p.add_argument("--seed", type=_seed, default=0, help="simulation seed (default 0)")
     p.add_argument("--out", default=None, help="save the (last) synopsis as JSON")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_cmd_run)
@@ -328,9 +329,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
     p.add_argument("--std", action="store_true",
                    help="add per-cell standard errors (analytic for a marginal inside one "
-                   "collected marginal, else a parametric bootstrap)")
-    p.add_argument("--replicates", type=_positive_int, default=30,
-                   help="bootstrap replicates for --std (default 30)")
+                   "collected marginal, scaled for Norm-Sub's clipping; else a parametric "
+                   "bootstrap)")
+    p.add_argument("--replicates", type=_positive_int, default=100,
+                   help="bootstrap replicates for --std (default 100)")
     p.set_defaults(func=_cmd_query)
     return parser
 

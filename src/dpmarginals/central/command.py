@@ -18,6 +18,7 @@ from ..argtypes import epsilon as _epsilon
 from ..argtypes import number_in, validated
 from ..argtypes import open_fraction as _open_fraction
 from ..argtypes import positive_int as _positive_int
+from ..argtypes import seed as _seed
 from ..errors import DPMarginalsError
 from .accounting import ACCOUNTANTS, check_delta
 
@@ -67,9 +68,13 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--max-contribution", type=_positive_int, default=1000,
                    help="largest contribution bound Delta_k the percentile may pick "
                    "(default 1000)")
-    p.add_argument("--seed", type=int, default=None,
+    p.add_argument("--seed", type=_seed, default=None,
                    help="NON-PRIVATE reproducible simulation with this seed (default: a "
                    "private release with OpenDP noise)")
+    p.add_argument("--engine", choices=("numpy", "duckdb", "spark"), default="numpy",
+                   help="where the counting passes run: numpy in memory (default), duckdb "
+                   "(out of core) or spark (the spark extra; local[*] unless a session is "
+                   "active)")
     p.add_argument("--out", default=None, help="save the release (tuples, counts) as JSON")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object (keys found, spurious_fraction, seconds, ...)")
@@ -90,7 +95,7 @@ def _cmd_central(args: argparse.Namespace) -> int:
     records = resolve_data(args.data, args.data_home)
     t_read = time.perf_counter()
     simulation = args.seed is not None
-    result = algo.fit(records, rng=args.seed, simulation=simulation)
+    result = algo.fit(records, rng=args.seed, simulation=simulation, engine=args.engine)
     t_fit = time.perf_counter()
     if args.out is not None:
         try:

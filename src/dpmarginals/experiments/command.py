@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..argtypes import positive_int as _positive_int
+from ..argtypes import seed as _seed
 from ..errors import DPMarginalsError
 
 __all__ = ["register"]
@@ -25,26 +27,6 @@ $DPMARGINALS_DATA to the folder holding them). Writes OUT/NAME/results.csv (one 
 method x setting x repeat), the figure(s) as PNG and summary.md (the numbers and the
 papers' orderings checked) -- OUT/NAME-quick/ with --quick. An interrupted run resumes
 from the rows already written; the same --seed gives the same numbers for any --jobs."""
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
-    return value
-
-
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer seed, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a seed >= 0, got {value}")
-    return value
 
 
 def _cmd_experiment(args: argparse.Namespace) -> int:

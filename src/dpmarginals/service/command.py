@@ -188,14 +188,24 @@ def _cmd_campaign_status(args: argparse.Namespace) -> int:
 def _cmd_campaign_export(args: argparse.Namespace) -> int:
     from ..client import ServiceClient
 
+    if (args.out is None) == (args.parquet is None):
+        raise DPMarginalsError("campaign export: give exactly one of --out FILE (JSON lines) "
+                               "and --parquet ROOT")
     with ServiceClient(args.server, args.id, token=_token(args)) as client:
         reports = client.export_reports()
         plan = client.plan()
-    with open(args.out, "w", encoding="utf-8") as sink:
-        sink.writelines(json.dumps(r, separators=(",", ":")) + "\n" for r in reports)
+    if args.parquet is not None:
+        from ..engines.parquet import export_reports
+
+        export_reports(reports, plan, args.parquet, args.id)
+        where = f"{args.parquet} (Parquet; count them with dpmarginals estimate)"
+    else:
+        with open(args.out, "w", encoding="utf-8") as sink:
+            sink.writelines(json.dumps(r, separators=(",", ":")) + "\n" for r in reports)
+        where = args.out
     if args.plan_out is not None:
         plan.save(args.plan_out)
-    print(f"wrote {len(reports):,} reports to {args.out}")
+    print(f"wrote {len(reports):,} reports to {where}")
     return 0
 
 
@@ -278,7 +288,10 @@ def register(subparsers: Any) -> None:
     a.add_argument("--server", required=True, help="the aggregator's URL")
     a.add_argument("--id", required=True, help="campaign id")
     a.add_argument("--token", default=None, help=f"admin token (default ${TOKEN_ENV})")
-    a.add_argument("--out", required=True, help="JSON-lines file to write")
+    a.add_argument("--out", default=None, help="JSON-lines file to write")
+    a.add_argument("--parquet", default=None, metavar="ROOT",
+                   help="write the Parquet report layout under ROOT instead "
+                   "(ROOT/campaign=ID/group=G/part-*.parquet, see docs/engines.md)")
     a.add_argument("--plan-out", default=None, help="also write the plan JSON here")
     a.set_defaults(func=_cmd_campaign_export)
 
