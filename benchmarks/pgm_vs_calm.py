@@ -18,7 +18,8 @@ so noise ~ total - no-noise, sampling ~ no-noise - population, reconstruction ~ 
 ``--coverage R`` also checks the standard errors: over R independent collections, the
 share of cells whose nominal 95% interval (answer +- 1.96 std) contains the truth, for
 covered queries (inside one group's marginal: analytic std) and reconstructed ones (not
-inside any group's marginal: parametric bootstrap), per method.
+inside any group's marginal: parametric bootstrap), per method; ``--coverage-public`` lets a
+"public" sample (2^14 other rows) say how fast interactions fade with their order.
 
     DPMARGINALS_DATA=../shared/data PYTHONPATH=src python benchmarks/pgm_vs_calm.py
     ... --seeds 3 --queries 50 --coverage 20 --json results/pgm_vs_calm.json
@@ -142,6 +143,8 @@ def run_coverage(ds: str, d: int, eps: float, args: argparse.Namespace) -> dict[
     plan = CALM(epsilon=eps, k=args.k).plan(data.domain, data.n)
     cov, rec = coverage_queries(data, plan, args.k, args.coverage_queries,
                                 np.random.default_rng(5))
+    public = (load(ds, d=d, n=2**14, rng=np.random.SeedSequence([99]))
+              if args.coverage_public else None)
     hits: dict[tuple[str, str], list[int]] = {}
     z = 1.959964
     clock = {"calm": 0.0, "pgm": 0.0}
@@ -159,7 +162,8 @@ def run_coverage(ds: str, d: int, eps: float, args: argparse.Namespace) -> dict[
                     start = time.perf_counter()
                     values = syn.marginal(q).values
                     std, _ = standard_errors(syn, q, values, replicates=args.replicates,
-                                             rng=np.random.SeedSequence([run, 7]))
+                                             rng=np.random.SeedSequence([run, 7]),
+                                             public=public)
                     clock[name] += time.perf_counter() - start
                     inside = np.abs(values - data.marginal(q).values) <= z * std
                     h = hits.setdefault((name, kind), [0, 0])
@@ -216,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--coverage-queries", type=int, default=4)
     parser.add_argument("--coverage-settings", default="msnbc:8:1.0,msnbc:8:2.0,adult3:8:1.0")
     parser.add_argument("--coverage-methods", default="calm,pgm")
+    parser.add_argument("--coverage-public", action="store_true",
+                        help="standard errors use a 'public' sample (2^14 other rows) for "
+                        "how interactions fade with their order")
     parser.add_argument("--replicates", type=int, default=REPLICATES)
     parser.add_argument("--settings", default=None, help="e.g. msnbc:16:1.0,adult3:8:0.2")
     parser.add_argument("--planner", default=None,

@@ -23,6 +23,7 @@ from dpmarginals.stderr import (
     bootstrap,
     bootstrap_std,
     collection_info,
+    interaction_profile,
     interaction_variance,
     pooling_ratio,
     postprocessing_factor,
@@ -158,6 +159,25 @@ def test_interaction_variance_sees_pairwise_dependence_only_when_there_is_some()
     assert 0 < INTERACTION_DECAY < 1
 
 
+def test_public_data_sets_how_fast_interactions_fade():
+    """Chain data is a Markov chain: pairwise marginals determine its 3-way tables, so a
+    public sample of it shows order-3 interactions far weaker than order-2 ones, and the
+    reconstructed query's std shrinks below the one with the assumed decay."""
+    data = chain_data(2**14, 5, seed=10)
+    public = chain_data(2**14, 5, seed=11)
+    profile = interaction_profile(public, [2, 3], rng=0)
+    assert profile[3] < INTERACTION_DECAY * profile[2] / 10
+    syn = CALM(epsilon=2.0, k=3, l=2).run(data, rng=12)
+    q = ("a0", "a2", "a4")
+    values = syn.marginal(q).values
+    assumed, _ = standard_errors(syn, q, values, replicates=10, rng=0)
+    measured, _ = standard_errors(syn, q, values, replicates=10, rng=0, public=public)
+    assert (measured <= assumed).all() and (measured < assumed).any()
+    other = Dataset(public.codes[:, :4], Domain(public.domain.attributes[:4], (2,) * 4))
+    with pytest.raises(DPMarginalsError, match="public: its domain"):
+        standard_errors(syn, q, values, replicates=10, rng=0, public=other)
+
+
 def test_reconstructed_query_gets_a_bootstrap_std():
     data = chain_data(4000, 5, seed=3)
     syn = CALM(epsilon=1.0, k=3).run(data, rng=4)  # l = 2: 3-way queries are reconstructed
@@ -203,5 +223,8 @@ def test_query_command_prints_std(capsys, tmp_path):
                  "--replicates", "5"]) == 0
     body = json.loads(capsys.readouterr().out)
     assert len(body["std"]) == len(body["values"]) == 12
+    assert main(["query", str(syn), "--attributes", "a,b,c", "--format", "json", "--std",
+                 "--replicates", "5", "--public", str(csv)]) == 0
+    assert len(json.loads(capsys.readouterr().out)["std"]) == 12
     assert main(["query", str(syn), "--attributes", "a", "--format", "csv"]) == 0
     assert "std" not in capsys.readouterr().out  # only on request

@@ -204,8 +204,17 @@ def _cmd_query(args: argparse.Namespace) -> int:
         from .stderr import standard_errors
         from .table import MarginalTable
 
+        public = None
+        if args.public is not None:
+            from .dataset import Dataset
+            from .datasets import available, load
+
+            if args.public in available():
+                public = load(args.public, d=len(synopsis.domain))
+            else:  # a CSV/Parquet file over the synopsis's domain
+                public = Dataset.from_file(args.public, synopsis.domain)
         std, _ = standard_errors(synopsis, table.attributes, table.values,
-                                 replicates=args.replicates)
+                                 replicates=args.replicates, public=public)
         table = MarginalTable(table.domain, table.values, std)
     frame = table.to_frame()
     if args.format == "json":
@@ -333,6 +342,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "bootstrap)")
     p.add_argument("--replicates", type=_positive_int, default=100,
                    help="bootstrap replicates for --std (default 100)")
+    p.add_argument("--public", default=None, metavar="DATASET",
+                   help="with --std: a public or synthetic data set (name, or CSV/Parquet "
+                   "over the synopsis's domain) telling how fast interactions fade with their "
+                   "order, for the interactions no report measured (default: an assumed "
+                   "ratio of 0.15 per order)")
     p.set_defaults(func=_cmd_query)
     return parser
 

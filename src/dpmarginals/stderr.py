@@ -63,10 +63,12 @@ __all__ = [
     "collection_info",
     "covering_groups",
     "groups_of",
+    "interaction_profile",
     "interaction_variance",
     "pooling_ratio",
     "postprocessing_factor",
     "reconstruction_variance",
+    "shrinkage_variance",
     "standard_errors",
 ]
 
@@ -160,6 +162,32 @@ def analytic_std(synopsis: Any, attrs: Sequence[str], values: np.ndarray) -> np.
     return np.sqrt(ratio / precision)
 
 
+def _coefficient_variances(groups: Sequence[GroupInfo], sizes: Mapping[str, int]
+                           ) -> dict[GroupInfo, float]:
+    """Each group's variance of one orthonormal coefficient of its noisy marginal."""
+    from .oracles import make_oracle
+    from .workload import coefficient_variance
+
+    return {g: coefficient_variance(make_oracle(g.oracle, g.epsilon,
+                                                math.prod(sizes[x] for x in g.attributes)),
+                                    g.users) for g in groups}
+
+
+def _block_precision(sub: Sequence[str], groups: Mapping[GroupInfo, float],
+                     sizes: Mapping[str, int], within: Sequence[str] | None = None) -> float:
+    """Precision of one coefficient of the sub-marginal ``sub`` pooled over the groups that
+    contain ``within`` (default: ``sub`` itself), as consistency pools them (§4.4)."""
+    need = set(sub if within is None else within)
+    return sum(1.0 / (math.prod(sizes[x] for x in g.attributes if x not in sub) * var)
+               for g, var in groups.items() if need <= set(g.attributes))
+
+
+def _cell_weight(sub: Sequence[str], attrs: Sequence[str], sizes: Mapping[str, int]) -> float:
+    """Mean per-cell variance, in Q = ``attrs``'s table, of a unit-variance coefficient of the
+    sub-marginal S: ``prod_{a in S} (1 - 1/c_a) prod_{a in Q minus S} 1/c_a^2``."""
+    return math.prod((1 - 1 / sizes[a]) if a in sub else 1 / sizes[a] ** 2 for a in attrs)
+
+
 def pooling_ratio(groups: Sequence[GroupInfo], attrs: Sequence[str], sizes: Mapping[str, int],
                   shrink: Mapping[str, float] | None = None) -> float:
     """How much pooling over every group (and shrinkage) reduces a covered query's variance.
@@ -175,29 +203,42 @@ def pooling_ratio(groups: Sequence[GroupInfo], attrs: Sequence[str], sizes: Mapp
     variance ``s_S v_S``.  The ratio of the two totals scales the covering group's exact
     per-cell variance.
     """
-    from .oracles import make_oracle
-
     shrink = shrink or {}
-    from .workload import coefficient_variance
-
-    var = {}
-    for g in groups:
-        cells = math.prod(sizes[x] for x in g.attributes)
-        var[g] = coefficient_variance(make_oracle(g.oracle, g.epsilon, cells), g.users)
+    var = _coefficient_variances(groups, sizes)
     q = tuple(attrs)
     raw_total = pooled_total = 0.0
     for j in range(1, len(q) + 1):
         for sub in combinations(q, j):
-            weight = math.prod((1 - 1 / sizes[a]) if a in sub else 1 / sizes[a] ** 2
-                               for a in q)
-            raw = sum(1.0 / (math.prod(sizes[x] for x in g.attributes if x not in sub) * var[g])
-                      for g in groups if set(q) <= set(g.attributes))
-            pooled = sum(1.0 / (math.prod(sizes[x] for x in g.attributes if x not in sub)
-                                * var[g]) for g in groups if set(sub) <= set(g.attributes))
-            key = ",".join(sorted(sub))
-            raw_total += weight / raw
-            pooled_total += weight * float(shrink.get(key, 1.0)) / pooled
+            weight = _cell_weight(sub, q, sizes)
+            raw_total += weight / _block_precision(sub, var, sizes, within=q)
+            pooled_total += (weight * float(shrink.get(",".join(sorted(sub)), 1.0))
+                             / _block_precision(sub, var, sizes))
     return pooled_total / raw_total
+
+
+def shrinkage_variance(synopsis: Any, attrs: Sequence[str]) -> float:
+    """Per-cell variance a bootstrap misses for an empirical-Bayes (calm-pgm) synopsis.
+
+    Its bootstrap truth is the already-shrunk model, so the replicates vary like a shrunk
+    estimate, ``s_S^2 v_S`` per coefficient of a measured sub-marginal S, where the
+    posterior variance is ``s_S v_S``; this adds ``(s_S - s_S^2) v_S`` for every measured
+    S ⊆ Q (weights as in :func:`pooling_ratio`).  0 for synopses without shrinkage.
+    """
+    shrink = (getattr(synopsis, "info", None) or {}).get("shrink_factors")
+    if not shrink:
+        return 0.0
+    domain = synopsis.domain
+    sizes = dict(zip(domain.attributes, domain.sizes, strict=True))
+    var = _coefficient_variances(groups_of(synopsis), sizes)
+    q = tuple(attrs)
+    total = 0.0
+    for j in range(1, len(q) + 1):
+        for sub in combinations(q, j):
+            s = shrink.get(",".join(sorted(sub)))
+            precision = _block_precision(sub, var, sizes)
+            if s is not None and precision > 0:
+                total += (s - s * s) / precision * _cell_weight(sub, q, sizes)
+    return total
 
 
 def _refit_function(synopsis: Any, *, linear: bool = False) -> Callable[[list[Any]], Any] | None:
@@ -298,23 +339,44 @@ def postprocessing_factor(worlds: Sequence[Replicate], attrs: Sequence[str],
     return math.sqrt(fitted / linear) if linear > 0 else 1.0
 
 
-def _interactions(synopsis: Any, top: int) -> dict[tuple[str, ...], np.ndarray]:
-    """Each order-``top`` view's interaction block beyond the max-entropy table of its facets."""
+def _interaction_block(attrs: Sequence[str], table: np.ndarray, domain: Any) -> np.ndarray:
+    """A marginal's top-order interaction block beyond the max-entropy table of its facets."""
     from .inference.pgm import _maxent_base, _top
 
-    domain = synopsis.domain
     sizes = dict(zip(domain.attributes, domain.sizes, strict=True))
+    canon = tuple(sorted(attrs, key=domain.index))
+    t = np.transpose(table, [tuple(attrs).index(a) for a in canon])
+    facets = {}
+    for facet in combinations(canon, len(canon) - 1):
+        drop = tuple(i for i, a in enumerate(canon) if a not in facet)
+        facets[facet] = np.clip(t.sum(axis=drop), 1e-12, None)
+    return _top(t) - _top(_maxent_base(canon, facets, sizes))
+
+
+def _interactions(synopsis: Any, top: int) -> dict[tuple[str, ...], np.ndarray]:
+    """Each order-``top`` view's interaction block beyond max-entropy, by sorted attributes."""
+    domain = synopsis.domain
+    return {tuple(sorted(a, key=domain.index)): _interaction_block(a, t, domain)
+            for a, t in synopsis.views if len(a) == top}
+
+
+def interaction_profile(public: Any, orders: Sequence[int], *, max_sets: int = 200,
+                        rng: RNGLike = 0) -> dict[int, float]:
+    """Per order j, the mean variance of one order-j interaction coefficient beyond
+    max-entropy in ``public`` (a public or synthetic data set over the synopsis's domain),
+    over up to ``max_sets`` random j-sets of attributes.  Its ratios replace
+    :data:`INTERACTION_DECAY` for the orders no report measured."""
+    gen = simulation_rng(rng)
+    attrs = public.domain.attributes
     out = {}
-    for attrs, table in synopsis.views:
-        if len(attrs) != top:
+    for j in orders:
+        if not 2 <= j <= len(attrs):
             continue
-        canon = tuple(sorted(attrs, key=domain.index))
-        t = np.transpose(table, [tuple(attrs).index(a) for a in canon])
-        facets = {}
-        for facet in combinations(canon, top - 1):
-            drop = tuple(i for i, a in enumerate(canon) if a not in facet)
-            facets[facet] = np.clip(t.sum(axis=drop), 1e-12, None)
-        out[canon] = _top(t) - _top(_maxent_base(canon, facets, sizes))
+        sets = {tuple(sorted(gen.choice(len(attrs), size=j, replace=False).tolist()))
+                for _ in range(max_sets)}
+        blocks = [_interaction_block([attrs[i] for i in c], public.marginal(
+            [attrs[i] for i in c]).values, public.domain) for c in sorted(sets)]
+        out[j] = float(np.mean([float((b**2).mean()) for b in blocks]))
     return out
 
 
@@ -346,13 +408,14 @@ def interaction_variance(synopsis: Any, worlds: Sequence[Replicate] | None = Non
     return {top: max(0.0, signal - noise)}
 
 
-def reconstruction_variance(synopsis: Any, attrs: Sequence[str],
-                            tau: Mapping[int, float]) -> float:
+def reconstruction_variance(synopsis: Any, attrs: Sequence[str], tau: Mapping[int, float],
+                            profile: Mapping[int, float] | None = None) -> float:
     """Per-cell variance of what reconstruction cannot see: every S ⊆ Q (|S| >= 2) inside
     no group contributes its coefficients' interaction variance ``tau`` (from
     :func:`interaction_variance`), spread over Q's cells as in :func:`pooling_ratio`.  An
     order j the synopsis did not measure takes ``tau[top] * INTERACTION_DECAY ** (j - top)``
-    (``top`` = the largest measured order; lower orders take ``tau[top]``)."""
+    (``top`` = the largest measured order; lower orders take ``tau[top]``), or with a
+    public data set's :func:`interaction_profile`, ``tau[top] * profile[j] / profile[top]``."""
     groups = groups_of(synopsis)
     if not tau:
         return 0.0
@@ -364,19 +427,27 @@ def reconstruction_variance(synopsis: Any, attrs: Sequence[str],
         for sub in combinations(q, j):
             if any(set(sub) <= set(g.attributes) for g in groups):
                 continue
-            t2 = tau.get(j, tau[top] * INTERACTION_DECAY ** max(j - top, 0))
-            total += t2 * math.prod((1 - 1 / sizes[a]) if a in sub else 1 / sizes[a] ** 2
-                                    for a in q)
+            if j in tau:
+                t2 = tau[j]
+            elif profile and profile.get(top, 0.0) > 0 and j in profile:
+                t2 = tau[top] * profile[j] / profile[top]
+            else:
+                t2 = tau[top] * INTERACTION_DECAY ** max(j - top, 0)
+            total += t2 * _cell_weight(sub, q, sizes)
     return total
 
 
 def standard_errors(synopsis: Any, attrs: Sequence[str], values: np.ndarray, *,
-                    replicates: int = REPLICATES, rng: RNGLike = None
+                    replicates: int = REPLICATES, rng: RNGLike = None, public: Any = None
                     ) -> tuple[np.ndarray, str]:
     """Per-cell standard errors of the answer ``values`` to ``attrs`` and how they were had:
     ``"analytic"`` (covered query: the analytic std, times the bootstrap's
     :func:`postprocessing_factor` for a view synopsis) or ``"bootstrap"`` (reconstructed
-    query: bootstrap RMSE and the unmeasured interactions' variance).  Without ``rng`` the
+    query: bootstrap RMSE, the unmeasured interactions' variance and, for calm-pgm, what
+    shrinkage hides from the bootstrap).  ``public``: a public or synthetic
+    :class:`~dpmarginals.dataset.Dataset` over the same domain whose interactions tell how
+    fast they fade with the order (:func:`interaction_profile`), instead of the fixed
+    :data:`INTERACTION_DECAY`.  Without ``rng`` the
     bootstrap is seeded from the query, so asking twice gives the same answer (its
     randomness is post-processing, not privacy)."""
     if rng is None:
@@ -391,4 +462,13 @@ def standard_errors(synopsis: Any, attrs: Sequence[str], values: np.ndarray, *,
     reps = _answers([w.fitted for w in worlds], attrs)
     boot = np.sqrt(((reps - np.asarray(values)[None]) ** 2).mean(axis=0))
     tau = interaction_variance(synopsis, worlds)
-    return np.sqrt(boot**2 + reconstruction_variance(synopsis, attrs, tau)), "bootstrap"
+    profile = None
+    if public is not None and tau:
+        if public.domain != synopsis.domain:
+            raise DPMarginalsError(f"public: its domain {public.domain.to_dict()} differs "
+                                   f"from the synopsis's {synopsis.domain.to_dict()}")
+        top = max(tau)
+        profile = interaction_profile(public, range(top, max(top, len(attrs)) + 1))
+    extra = (reconstruction_variance(synopsis, attrs, tau, profile)
+             + shrinkage_variance(synopsis, attrs))
+    return np.sqrt(boot**2 + extra), "bootstrap"
