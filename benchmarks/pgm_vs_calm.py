@@ -145,11 +145,11 @@ def run_coverage(ds: str, d: int, eps: float, args: argparse.Namespace) -> dict[
                                 np.random.default_rng(5))
     public = (load(ds, d=d, n=2**14, rng=np.random.SeedSequence([99]))
               if args.coverage_public else None)
-    hits: dict[tuple[str, str], list[int]] = {}
+    hits: dict[tuple[str, str], dict[int, list[np.ndarray]]] = {}
     z = 1.959964
     clock = {"calm": 0.0, "pgm": 0.0}
     for run in range(args.coverage):
-        views = collect(data, plan, rng=1000 + run)
+        views = collect(data, plan, rng=args.coverage_seed + run)
         info = {"n": data.n, **collection_info(plan, views)}
         syns = {}
         if "calm" in args.coverage_methods:
@@ -166,17 +166,20 @@ def run_coverage(ds: str, d: int, eps: float, args: argparse.Namespace) -> dict[
                                              public=public)
                     clock[name] += time.perf_counter() - start
                     inside = np.abs(values - data.marginal(q).values) <= z * std
-                    h = hits.setdefault((name, kind), [0, 0])
-                    h[0] += int(inside.sum())
-                    h[1] += inside.size
+                    hits.setdefault((name, kind), {}).setdefault(run, []).append(inside)
     out: dict[str, Any] = {"dataset": ds, "d": d, "epsilon": eps, "runs": args.coverage,
                            "l": plan.params["l"], "covered_queries": len(cov),
                            "reconstructed_queries": len(rec),
                            "reconstructed_size": len(rec[0]) if rec else None,
                            "std_seconds": clock}
-    for (name, kind), (inside, total) in hits.items():
-        out[f"{name}_{kind}"] = inside / total if total else None
-        out[f"{name}_{kind}_cells"] = total
+    for (name, kind), per_run in hits.items():
+        # Cells of one run are correlated, so the uncertainty is that of the per-run rates.
+        rates = [float(np.mean(np.concatenate([x.ravel() for x in v])))
+                 for v in per_run.values()]
+        cells = sum(x.size for v in per_run.values() for x in v)
+        out[f"{name}_{kind}"] = float(np.mean(rates))
+        out[f"{name}_{kind}_se"] = float(np.std(rates, ddof=1) / np.sqrt(len(rates)))
+        out[f"{name}_{kind}_cells"] = cells
     return out
 
 
@@ -204,6 +207,13 @@ def run_planner(ds: str, d: int, eps: float, args: argparse.Namespace) -> dict[s
     return out
 
 
+def rate(c: dict[str, Any], key: str) -> str:
+    """A coverage rate with its 95% margin over runs."""
+    if c.get(key) is None:
+        return "-"
+    return f"{c[key]:.1%} ±{1.96 * c[key + '_se']:.1%}"
+
+
 def fmt(x: float | None, spec: str = ".3g") -> str:
     return "-" if x is None else format(x, spec)
 
@@ -220,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--coverage-queries", type=int, default=4)
     parser.add_argument("--coverage-settings", default="msnbc:8:1.0,msnbc:8:2.0,adult3:8:1.0")
     parser.add_argument("--coverage-methods", default="calm,pgm")
+    parser.add_argument("--coverage-seed", type=int, default=1000,
+                        help="seed of the first coverage collection (default 1000)")
     parser.add_argument("--coverage-public", action="store_true",
                         help="standard errors use a 'public' sample (2^14 other rows) for "
                         "how interactions fade with their order")
@@ -258,10 +270,10 @@ def main(argv: list[str] | None = None) -> int:
             c = run_coverage(ds, d, eps, args)
             coverage.append(c)
             print(f"| {ds} | {d} | {eps} | {c['l']} | {c['runs']} "
-                  f"| {fmt(c.get('calm_covered'), '.1%')} "
-                  f"| {fmt(c.get('calm_reconstructed'), '.1%')} ({c['reconstructed_size']}-way) "
-                  f"| {fmt(c.get('pgm_covered'), '.1%')} "
-                  f"| {fmt(c.get('pgm_reconstructed'), '.1%')} "
+                  f"| {rate(c, 'calm_covered')} "
+                  f"| {rate(c, 'calm_reconstructed')} ({c['reconstructed_size']}-way) "
+                  f"| {rate(c, 'pgm_covered')} "
+                  f"| {rate(c, 'pgm_reconstructed')} "
                   f"| {c['std_seconds']['calm']:.0f} / {c['std_seconds']['pgm']:.0f} |",
                   flush=True)
     planner = []

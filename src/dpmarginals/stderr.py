@@ -33,7 +33,9 @@ Two cases, by whether the query Q lies inside one of the collected marginals:
   (:func:`reconstruction_variance`), estimated from the measured views' interactions less
   what the bootstrap worlds put there (:func:`interaction_variance`), and extrapolated to
   orders no group measured with :data:`INTERACTION_DECAY` -- an assumption, since no
-  report carries them.
+  report carries them -- or with the ratios a public data set shows
+  (:func:`interaction_profile`).  For an empirical-Bayes (calm-pgm) synopsis the bootstrap
+  truth is already shrunk, so :func:`shrinkage_variance` adds what shrinkage hides.
 
 A synopsis can have standard errors only if it records how it was collected:
 ``info["groups"]`` (attributes, oracle, epsilon and users of every group) and
