@@ -28,6 +28,7 @@ from dpmarginals.stderr import (
     pooling_ratio,
     postprocessing_factor,
     reconstruction_variance,
+    shrinkage_variance,
     standard_errors,
 )
 from dpmarginals.synopsis import UniformSynopsis, ViewSynopsis, load_synopsis
@@ -157,6 +158,23 @@ def test_interaction_variance_sees_pairwise_dependence_only_when_there_is_some()
         tau[name] = interaction_variance(syn, bootstrap(syn, replicates=20, rng=3))[2]
     assert tau["chain"] > 0.01 and tau["flat"] < tau["chain"] / 10
     assert 0 < INTERACTION_DECAY < 1
+
+
+@pytest.mark.parametrize("s", [0.0, 0.3, 0.5, 1.0])
+def test_shrinkage_variance_is_what_the_bootstrap_of_a_shrunk_estimate_misses(s):
+    """One 2x2 group; only the interaction is shrunk (factor s): the missing variance per
+    cell is s (1 - s)^2 v / 4 (v = one coefficient's noise variance, 4 cells)."""
+    from types import SimpleNamespace
+
+    from dpmarginals.workload import coefficient_variance
+
+    syn = SimpleNamespace(
+        domain=Domain(("a", "b"), (2, 2)), method="calm_pgm",
+        info={"n": 1000, "groups": [{"attributes": ["a", "b"], "oracle": "grr",
+                                     "epsilon": 1.0, "users": 1000}],
+              "shrink_factors": {"a": 1.0, "b": 1.0, "a,b": s}})
+    v = coefficient_variance(make_oracle("grr", 1.0, 4), 1000)
+    assert shrinkage_variance(syn, ("a", "b")) == pytest.approx(s * (1 - s) ** 2 * v / 4)
 
 
 def test_public_data_sets_how_fast_interactions_fade():

@@ -221,10 +221,13 @@ def pooling_ratio(groups: Sequence[GroupInfo], attrs: Sequence[str], sizes: Mapp
 def shrinkage_variance(synopsis: Any, attrs: Sequence[str]) -> float:
     """Per-cell variance a bootstrap misses for an empirical-Bayes (calm-pgm) synopsis.
 
-    Its bootstrap truth is the already-shrunk model, so the replicates vary like a shrunk
-    estimate, ``s_S^2 v_S`` per coefficient of a measured sub-marginal S, where the
-    posterior variance is ``s_S v_S``; this adds ``(s_S - s_S^2) v_S`` for every measured
-    S ⊆ Q (weights as in :func:`pooling_ratio`).  0 for synopses without shrinkage.
+    Per coefficient of a measured sub-marginal S with noise variance v, prior variance g
+    and shrinkage factor s = g / (g + v), the real mean squared error is the posterior
+    variance ``s v``.  The bootstrap truth is the shrunk estimate, whose coefficients have
+    mean square ``s^2 (g + v) = s g``, so the bootstrap error is
+    ``s^2 v + (1 - s)^2 s g = s^2 (2 - s) v``; this adds the difference ``s (1 - s)^2 v``
+    for every measured S ⊆ Q (weights as in :func:`pooling_ratio`).  0 for synopses
+    without shrinkage.
     """
     shrink = (getattr(synopsis, "info", None) or {}).get("shrink_factors")
     if not shrink:
@@ -239,7 +242,7 @@ def shrinkage_variance(synopsis: Any, attrs: Sequence[str]) -> float:
             s = shrink.get(",".join(sorted(sub)))
             precision = _block_precision(sub, var, sizes)
             if s is not None and precision > 0:
-                total += (s - s * s) / precision * _cell_weight(sub, q, sizes)
+                total += s * (1 - s) ** 2 / precision * _cell_weight(sub, q, sizes)
     return total
 
 
