@@ -32,25 +32,23 @@ def validated(check: Callable[[str], object]) -> Callable[[str], object]:
     return convert
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
-    return value
+def _int_at_least(minimum: int, what: str) -> Callable[[str], int]:
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected {what} >= {minimum}, got {value}")
+        return value
+
+    return convert
 
 
-def seed(text: str) -> int:
-    """A simulation seed: a whole number >= 0 (what numpy's SeedSequence accepts)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer seed, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a seed >= 0, got {value}")
-    return value
+#: A whole number >= 1.
+positive_int = _int_at_least(1, "a whole number")
+#: A simulation seed: a whole number >= 0 (what numpy's SeedSequence accepts).
+seed = _int_at_least(0, "an integer seed")
 
 
 def number_in(low: float, high: float, *, low_open: bool = True,
