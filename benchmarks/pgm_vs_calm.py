@@ -114,6 +114,11 @@ def run_setting(ds: str, d: int, eps: float, args: argparse.Namespace) -> dict[s
     return out
 
 
+def public_sample(ds: str, d: int) -> Any:
+    """A "public" data set: 2^14 rows drawn independently of the users (seed 99)."""
+    return load(ds, d=d, n=2**14, rng=np.random.SeedSequence([99]))
+
+
 def coverage_queries(data: Any, plan: Any, k: int, count: int, rng: np.random.Generator
                      ) -> tuple[list, list]:
     """``count`` covered queries (k-subsets, or the whole set, of the groups' attribute sets)
@@ -143,8 +148,7 @@ def run_coverage(ds: str, d: int, eps: float, args: argparse.Namespace) -> dict[
     plan = CALM(epsilon=eps, k=args.k).plan(data.domain, data.n)
     cov, rec = coverage_queries(data, plan, args.k, args.coverage_queries,
                                 np.random.default_rng(5))
-    public = (load(ds, d=d, n=2**14, rng=np.random.SeedSequence([99]))
-              if args.coverage_public else None)
+    public = public_sample(ds, d) if args.coverage_public else None
     hits: dict[tuple[str, str], dict[int, list[np.ndarray]]] = {}
     z = 1.959964
     clock = {"calm": 0.0, "pgm": 0.0}
@@ -189,7 +193,7 @@ def run_planner(ds: str, d: int, eps: float, args: argparse.Namespace) -> dict[s
     from dpmarginals.workload import Workload, plan_workload
 
     data = load(ds, d=d, n=args.n, rng=np.random.SeedSequence([0, 1]))
-    public = load(ds, d=d, n=2**14, rng=np.random.SeedSequence([99]))
+    public = public_sample(ds, d)
     workload = Workload.all_k(data.domain, args.k)
     queries = random_queries(data.domain, args.k, args.queries, rng=np.random.SeedSequence(2))
     truth = [data.marginal(q) for q in queries]

@@ -14,17 +14,7 @@ from dpmarginals.evaluate import evaluate, random_queries
 from dpmarginals.inference import project
 from dpmarginals.planning import noise_error, sampling_error
 from dpmarginals.synopsis import UniformSynopsis
-
-
-def correlated_binary(n: int, d: int, seed: int) -> Dataset:
-    """A chain-structured binary population: x_j copies x_{j-1} with probability 0.8."""
-    rng = np.random.default_rng(seed)
-    codes = np.empty((n, d), dtype=np.int64)
-    codes[:, 0] = rng.random(n) < 0.3
-    for j in range(1, d):
-        keep = rng.random(n) < 0.8
-        codes[:, j] = np.where(keep, codes[:, j - 1], rng.random(n) < 0.5)
-    return Dataset(codes, Domain(tuple(f"a{j}" for j in range(d)), (2,) * d))
+from populations import correlated_binary
 
 
 def test_plan_is_the_papers_worked_example():

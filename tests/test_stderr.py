@@ -32,16 +32,7 @@ from dpmarginals.stderr import (
     standard_errors,
 )
 from dpmarginals.synopsis import UniformSynopsis, ViewSynopsis, load_synopsis
-
-
-def chain_data(n: int, d: int, seed: int) -> Dataset:
-    rng = np.random.default_rng(seed)
-    codes = np.empty((n, d), dtype=np.int64)
-    codes[:, 0] = rng.random(n) < 0.3
-    for j in range(1, d):
-        keep = rng.random(n) < 0.8
-        codes[:, j] = np.where(keep, codes[:, j - 1], rng.random(n) < 0.5)
-    return Dataset(codes, Domain(tuple(f"a{j}" for j in range(d)), (2,) * d))
+from populations import correlated_binary
 
 
 @pytest.mark.parametrize("oracle", ["grr", "oue"])
@@ -65,7 +56,7 @@ def test_analytic_noise_variance_of_a_cell_sum_matches_simulation(oracle):
 
 
 def test_run_records_the_collection_and_it_survives_save(tmp_path):
-    data = chain_data(3000, 5, seed=0)
+    data = correlated_binary(3000, 5, seed=0)
     syn = CALM(epsilon=1.0, k=2).run(data, rng=1)
     groups = syn.info["groups"]
     assert len(groups) == syn.info["m"] and sum(g["users"] for g in groups) == data.n
@@ -93,7 +84,7 @@ def test_covered_std_is_calibrated_over_repeated_runs():
     60 runs x 4 cells; binomial sd of the coverage ~ 1.4 points, and the 4 cells of a run
     are correlated, so the accepted band is wide (0.85-0.995); seeded, not flaky.
     """
-    data = chain_data(2**13, 6, seed=2)
+    data = correlated_binary(2**13, 6, seed=2)
     plan = CALM(epsilon=1.0, k=3).plan(data.domain, data.n)
     q = plan.groups[0].attributes[:2]
     truth = data.marginal(q).values
@@ -115,7 +106,7 @@ def test_low_epsilon_covered_std_accounts_for_norm_sub():
     the 4 cells of a run are correlated: calibrated coverage in 0.85-0.99, and strictly
     below the unscaled analytic coverage.
     """
-    data = chain_data(2**13, 4, seed=5)
+    data = correlated_binary(2**13, 4, seed=5)
     data = Dataset(np.where(np.random.default_rng(6).random(data.codes.shape) < 0.95, 0,
                             data.codes), data.domain)
     plan = CALM(epsilon=0.2, k=2).plan(data.domain, data.n)
@@ -138,7 +129,7 @@ def test_low_epsilon_covered_std_accounts_for_norm_sub():
 
 
 def test_postprocessing_factor_is_one_without_clipping():
-    data = chain_data(2**15, 3, seed=7)  # no cell near 0 at eps = 4: nothing is clipped
+    data = correlated_binary(2**15, 3, seed=7)  # no cell near 0 at eps = 4: nothing is clipped
     syn = CALM(epsilon=4.0, k=2, l=2, m=3).run(data, rng=1)
     worlds = bootstrap(syn, replicates=5, rng=0, linear=True)
     assert postprocessing_factor(worlds, ("a0", "a1"), syn.marginal(["a0", "a1"]).values
@@ -149,7 +140,7 @@ def test_interaction_variance_sees_pairwise_dependence_only_when_there_is_some()
     """Chain data (each attribute copies the previous with prob. 0.8) vs. independent
     attributes, 2-way views at eps = 2: the moment estimate is clearly positive for the
     chain and small for independent data (one tenth of the chain's; seeded)."""
-    chain = chain_data(2**14, 4, seed=8)
+    chain = correlated_binary(2**14, 4, seed=8)
     rng = np.random.default_rng(9)
     flat = Dataset(rng.integers(0, 2, chain.codes.shape), chain.domain)
     tau = {}
@@ -181,8 +172,8 @@ def test_public_data_sets_how_fast_interactions_fade():
     """Chain data is a Markov chain: pairwise marginals determine its 3-way tables, so a
     public sample of it shows order-3 interactions far weaker than order-2 ones, and the
     reconstructed query's std shrinks below the one with the assumed decay."""
-    data = chain_data(2**14, 5, seed=10)
-    public = chain_data(2**14, 5, seed=11)
+    data = correlated_binary(2**14, 5, seed=10)
+    public = correlated_binary(2**14, 5, seed=11)
     profile = interaction_profile(public, [2, 3], rng=0)
     assert profile[3] < INTERACTION_DECAY * profile[2] / 10
     syn = CALM(epsilon=2.0, k=3, l=2).run(data, rng=12)
@@ -197,7 +188,7 @@ def test_public_data_sets_how_fast_interactions_fade():
 
 
 def test_reconstructed_query_gets_a_bootstrap_std():
-    data = chain_data(4000, 5, seed=3)
+    data = correlated_binary(4000, 5, seed=3)
     syn = CALM(epsilon=1.0, k=3).run(data, rng=4)  # l = 2: 3-way queries are reconstructed
     q = ("a0", "a2", "a4")
     assert analytic_std(syn, q, syn.marginal(q).values) is None

@@ -21,6 +21,7 @@ from .argtypes import open_fraction as _fraction
 from .argtypes import positive_int as _positive_int
 from .argtypes import seed as _seed
 from .errors import DPMarginalsError
+from .stderr import INTERACTION_DECAY, REPLICATES
 
 __all__ = ["main"]
 
@@ -340,13 +341,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="add per-cell standard errors (analytic for a marginal inside one "
                    "collected marginal, scaled for Norm-Sub's clipping; else a parametric "
                    "bootstrap)")
-    p.add_argument("--replicates", type=_positive_int, default=100,
-                   help="bootstrap replicates for --std (default 100)")
+    p.add_argument("--replicates", type=_positive_int, default=REPLICATES,
+                   help=f"bootstrap replicates for --std (default {REPLICATES})")
     p.add_argument("--public", default=None, metavar="DATASET",
                    help="with --std: a public or synthetic data set (name, or CSV/Parquet "
                    "over the synopsis's domain) telling how fast interactions fade with their "
                    "order, for the interactions no report measured (default: an assumed "
-                   "ratio of 0.15 per order)")
+                   f"ratio of {INTERACTION_DECAY:g} per order)")
     p.set_defaults(func=_cmd_query)
     return parser
 

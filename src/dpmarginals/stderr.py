@@ -148,7 +148,8 @@ def _cell_variance(group: GroupInfo, a: int, f: np.ndarray, n: int, sizes: Mappi
 
 def analytic_std(synopsis: Any, attrs: Sequence[str], values: np.ndarray) -> np.ndarray | None:
     """The analytic per-cell standard error of a covered query (None if not covered)."""
-    groups = covering_groups(groups_of(synopsis), attrs)
+    recorded = groups_of(synopsis)
+    groups = covering_groups(recorded, attrs)
     if not groups:
         return None
     domain = synopsis.domain
@@ -159,7 +160,7 @@ def analytic_std(synopsis: Any, attrs: Sequence[str], values: np.ndarray) -> np.
     for g in groups:
         a = math.prod(sizes[x] for x in g.attributes if x not in attrs)
         precision += 1.0 / _cell_variance(g, a, f, n, sizes)
-    ratio = pooling_ratio(groups_of(synopsis), attrs, sizes,
+    ratio = pooling_ratio(recorded, attrs, sizes,
                           synopsis.info.get("shrink_factors", {}))
     return np.sqrt(ratio / precision)
 
@@ -313,6 +314,11 @@ def _answers(fits: Sequence[Any], attrs: Sequence[str]) -> np.ndarray:
     return np.stack([np.asarray(f.marginal(attrs).values, dtype=np.float64) for f in fits])
 
 
+def _mean_square_about(reps: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Per cell, the mean squared deviation of the replicates from the released values."""
+    return ((reps - np.asarray(values, dtype=np.float64)[None]) ** 2).mean(axis=0)
+
+
 def bootstrap_replicates(synopsis: Any, attrs: Sequence[str], *, replicates: int = REPLICATES,
                          rng: RNGLike = None) -> np.ndarray:
     """``replicates`` answers to ``attrs`` from synopses re-fitted on simulated reports."""
@@ -327,7 +333,7 @@ def bootstrap_std(synopsis: Any, attrs: Sequence[str], values: np.ndarray, *,
     It includes the estimator's bias in the bootstrap world (e.g. from shrinkage or
     clipping), not only its variance."""
     reps = bootstrap_replicates(synopsis, attrs, replicates=replicates, rng=rng)
-    return np.sqrt(((reps - np.asarray(values)[None]) ** 2).mean(axis=0))
+    return np.sqrt(_mean_square_about(reps, values))
 
 
 def postprocessing_factor(worlds: Sequence[Replicate], attrs: Sequence[str],
@@ -338,9 +344,8 @@ def postprocessing_factor(worlds: Sequence[Replicate], attrs: Sequence[str],
     0 removes much of the noise of small cells at low epsilon."""
     if not worlds or worlds[0].linear is None:
         return 1.0
-    v = np.asarray(values, dtype=np.float64)[None]
-    fitted = float(((_answers([w.fitted for w in worlds], attrs) - v) ** 2).sum())
-    linear = float(((_answers([w.linear for w in worlds], attrs) - v) ** 2).sum())
+    fitted = float(_mean_square_about(_answers([w.fitted for w in worlds], attrs), values).sum())
+    linear = float(_mean_square_about(_answers([w.linear for w in worlds], attrs), values).sum())
     return math.sqrt(fitted / linear) if linear > 0 else 1.0
 
 
@@ -464,8 +469,7 @@ def standard_errors(synopsis: Any, attrs: Sequence[str], values: np.ndarray, *,
         worlds = bootstrap(synopsis, replicates=replicates, rng=rng, linear=True)
         return std * postprocessing_factor(worlds, attrs, values), "analytic"
     worlds = bootstrap(synopsis, replicates=replicates, rng=rng)
-    reps = _answers([w.fitted for w in worlds], attrs)
-    boot = np.sqrt(((reps - np.asarray(values)[None]) ** 2).mean(axis=0))
+    boot = np.sqrt(_mean_square_about(_answers([w.fitted for w in worlds], attrs), values))
     tau = interaction_variance(synopsis, worlds)
     profile = None
     if public is not None and tau:

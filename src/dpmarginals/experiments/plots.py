@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,6 +69,16 @@ class Panel:
     note: str = ""
 
 
+def _panel_cells(axes: Any, panels: Sequence[Sequence[Any]]) -> Iterator[tuple[Any, Any]]:
+    """Each grid cell's axes with its panel; cells past the end of a row are switched off."""
+    for r, row in enumerate(panels):
+        for c, ax in enumerate(axes[r]):
+            if c >= len(row):
+                ax.axis("off")
+            else:
+                yield ax, row[c]
+
+
 def _save(fig: Any, path: Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -105,53 +115,48 @@ def curve_grid(
     handles: dict[str, Any] = {}
     hue_order = list(dict.fromkeys(hue_order)) if hue_order is not None else None
     all_hues = list(hue_order) if hue_order is not None else []
-    for r, row in enumerate(panels):
-        for c in range(ncols):
-            ax = axes[r][c]
-            if c >= len(row):
-                ax.axis("off")
-                continue
-            panel = row[c]
-            ax.set_title(panel.title, fontsize=9)
-            ax.grid(True, which="major", alpha=0.3)
-            if ylog:
-                ax.set_yscale("log")
-            if xlog:
-                ax.set_xscale("log", base=2)
-            frame = panel.frame
-            ok = frame[frame["status"] == "ok"] if frame is not None and len(frame) else None
-            if ok is None or not len(ok):
-                ax.text(0.5, 0.5, textwrap.fill(panel.note or "not run", 32), ha="center",
-                        va="center", fontsize=7, transform=ax.transAxes, color="#555555")
-                ax.set_xticks([])
-                ax.tick_params(labelleft=False, left=False)
-                continue
-            stats = ok.groupby([hue, x])[y].agg(["mean", "std"]).reset_index()
-            hues = [h for h in (hue_order or sorted(stats[hue].unique()))
-                    if h in set(stats[hue])]
-            for h in stats[hue].unique():
-                if h not in all_hues:
-                    all_hues.append(h)
-            for h in hues:
-                s = stats[stats[hue] == h].sort_values(x)
-                color, marker = style(h, all_hues.index(h))
-                sd = s["std"].fillna(0.0).to_numpy()
-                mean = s["mean"].to_numpy()
-                lower = np.minimum(sd, mean * 0.999) if ylog else sd
-                line = ax.errorbar(s[x], mean, yerr=[lower, sd], color=color, marker=marker,
-                                   markersize=4, linewidth=1.2, capsize=2,
-                                   label=(labels or {}).get(h, str(h)))
-                handles.setdefault(str(h), line)
-            if panel.note:
-                ax.text(0.02, 0.02, textwrap.fill(panel.note, 45), fontsize=6,
-                        transform=ax.transAxes, va="bottom", color="#555555")
-            if xticks is not None:
-                ax.set_xticks(list(xticks))
-                if xticklabels is not None:
-                    ax.set_xticklabels(list(xticklabels), fontsize=7)
-            ax.tick_params(labelsize=7)
-            if ylim is not None:
-                ax.set_ylim(*ylim)
+    for ax, panel in _panel_cells(axes, panels):
+        ax.set_title(panel.title, fontsize=9)
+        ax.grid(True, which="major", alpha=0.3)
+        if ylog:
+            ax.set_yscale("log")
+        if xlog:
+            ax.set_xscale("log", base=2)
+        frame = panel.frame
+        ok = frame[frame["status"] == "ok"] if frame is not None and len(frame) else None
+        if ok is None or not len(ok):
+            ax.text(0.5, 0.5, textwrap.fill(panel.note or "not run", 32), ha="center",
+                    va="center", fontsize=7, transform=ax.transAxes, color="#555555")
+            ax.set_xticks([])
+            ax.tick_params(labelleft=False, left=False)
+            continue
+        stats = ok.groupby([hue, x])[y].agg(["mean", "std"]).reset_index()
+        hues = [h for h in (hue_order or sorted(stats[hue].unique()))
+                if h in set(stats[hue])]
+        for h in stats[hue].unique():
+            if h not in all_hues:
+                all_hues.append(h)
+        for h in hues:
+            s = stats[stats[hue] == h].sort_values(x)
+            color, marker = style(h, all_hues.index(h))
+            sd = s["std"].fillna(0.0).to_numpy()
+            mean = s["mean"].to_numpy()
+            lower = np.minimum(sd, mean * 0.999) if ylog else sd
+            line = ax.errorbar(s[x], mean, yerr=[lower, sd], color=color, marker=marker,
+                               markersize=4, linewidth=1.2, capsize=2,
+                               label=(labels or {}).get(h, str(h)))
+            handles.setdefault(str(h), line)
+        if panel.note:
+            ax.text(0.02, 0.02, textwrap.fill(panel.note, 45), fontsize=6,
+                    transform=ax.transAxes, va="bottom", color="#555555")
+        if xticks is not None:
+            ax.set_xticks(list(xticks))
+            if xticklabels is not None:
+                ax.set_xticklabels(list(xticklabels), fontsize=7)
+        ax.tick_params(labelsize=7)
+        if ylim is not None:
+            ax.set_ylim(*ylim)
+    for r in range(nrows):
         if row_labels is not None:
             axes[r][0].set_ylabel(f"{row_labels[r]}\n{ylabel}", fontsize=9)
         else:
@@ -187,35 +192,29 @@ def heatmap_grid(panels: Sequence[Sequence[HeatmapPanel]], path: str | Path, *,
     plt = _plt()
     nrows, ncols = len(panels), max(len(r) for r in panels)
     fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 4.6 * nrows), squeeze=False)
-    for r, row in enumerate(panels):
-        for c in range(ncols):
-            ax = axes[r][c]
-            if c >= len(row):
-                ax.axis("off")
-                continue
-            p = row[c]
-            vals = np.asarray(p.values, dtype=float)
-            masked = np.ma.masked_invalid(vals)
-            im = ax.imshow(masked, aspect="auto", cmap="YlOrRd", origin="upper")
-            fig.colorbar(im, ax=ax, fraction=0.046, pad=0.03).ax.tick_params(labelsize=6)
-            ax.set_xticks(range(len(p.col_labels)))
-            ax.set_xticklabels(p.col_labels, fontsize=7)
-            ax.set_yticks(range(len(p.row_labels)))
-            ax.set_yticklabels(p.row_labels, fontsize=7)
-            ax.set_xlabel(p.xlabel, fontsize=8)
-            ax.set_ylabel(p.ylabel, fontsize=8)
-            ax.set_title(p.title, fontsize=9)
-            small = vals.shape[1] > 6
-            for i in range(vals.shape[0]):
-                for j in range(vals.shape[1]):
-                    if math.isfinite(vals[i, j]):
-                        ax.text(j, i, fmt.format(vals[i, j]), ha="center", va="center",
-                                fontsize=5 if small else 7,
-                                color="blue" if (i, j) in p.marks else "black",
-                                fontweight="bold" if (i, j) in p.marks else "normal")
-            for i, j in p.marks:
-                ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False,
-                                           edgecolor="blue", linewidth=1.8))
+    for ax, p in _panel_cells(axes, panels):
+        vals = np.asarray(p.values, dtype=float)
+        masked = np.ma.masked_invalid(vals)
+        im = ax.imshow(masked, aspect="auto", cmap="YlOrRd", origin="upper")
+        fig.colorbar(im, ax=ax, fraction=0.046, pad=0.03).ax.tick_params(labelsize=6)
+        ax.set_xticks(range(len(p.col_labels)))
+        ax.set_xticklabels(p.col_labels, fontsize=7)
+        ax.set_yticks(range(len(p.row_labels)))
+        ax.set_yticklabels(p.row_labels, fontsize=7)
+        ax.set_xlabel(p.xlabel, fontsize=8)
+        ax.set_ylabel(p.ylabel, fontsize=8)
+        ax.set_title(p.title, fontsize=9)
+        small = vals.shape[1] > 6
+        for i in range(vals.shape[0]):
+            for j in range(vals.shape[1]):
+                if math.isfinite(vals[i, j]):
+                    ax.text(j, i, fmt.format(vals[i, j]), ha="center", va="center",
+                            fontsize=5 if small else 7,
+                            color="blue" if (i, j) in p.marks else "black",
+                            fontweight="bold" if (i, j) in p.marks else "normal")
+        for i, j in p.marks:
+            ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False,
+                                       edgecolor="blue", linewidth=1.8))
     if suptitle:
         fig.suptitle(suptitle, fontsize=10)
     fig.tight_layout()
