@@ -1,25 +1,24 @@
 """calm-pgm vs faithful CALM on the same reports (issue #9), with the error sources.
 
-For each setting (the quick grids of CALM Fig. 4/5: MSNBC d = 8 and 16, binary; Adult
-with 3 values per attribute, d = 8; n = 2^16, k = 3, eps in {0.2, 1.0, 2.0}) and each
-seed, the reports are collected **once** (``collect`` with that seed) and the same noisy
-views go to both inferences: ``consistent_synopsis`` (CALM §4.4 + max-entropy) and
-``pgm_synopsis`` (shrinkage + mbi).  Both answer the same random 3-way marginals.
+For each setting (MSNBC d = 8 and 16, binary; Adult with 3 values per attribute, d = 8;
+n = 2^16, k = 3, eps in {0.2, 1.0, 2.0}) and each seed, the reports are collected **once**
+(``collect`` with that seed) and released by both inferences (``CALM.release``:
+consistency + max-entropy; ``CALMPGM.release``: shrinkage + mbi), which answer the same
+random 3-way marginals.
 
-Error sources, measured by running the same two estimators on cleaner inputs:
-
-* ``no noise``: every group's exact marginal of its own users (the oracle noise removed,
-  the split of users into groups kept) -> sampling + reconstruction error;
-* ``population``: the exact marginals of all n users on the plan's attribute sets ->
-  reconstruction (and estimator bias) only.
-
-so noise ~ total - no-noise, sampling ~ no-noise - population, reconstruction ~ population.
+Error sources: the same two estimators on the groups' exact marginals and on the
+population's (:mod:`dpmarginals.local.error_sources`).  ``dpmarginals experiment calm-pgm
+--quick`` makes the same comparison on the quick grids of CALM Fig. 4 and 5.
 
 ``--coverage R`` also checks the standard errors: over R independent collections, the
 share of cells whose nominal 95% interval (answer +- 1.96 std) contains the truth, for
 covered queries (inside one group's marginal: analytic std) and reconstructed ones (not
 inside any group's marginal: parametric bootstrap), per method; ``--coverage-public`` lets a
-"public" sample (2^14 other rows) say how fast interactions fade with their order.
+"public" sample (2^14 other rows) say how fast interactions fade with their order.  Each run
+asks new random queries, so the rate averages over queries as well as collections (a fixed
+query's error includes its own fixed shrinkage and reconstruction bias, which intervals
+from a prior over interactions cover only on average); ``--coverage-fixed-queries`` asks
+the same queries in every run.
 
     DPMARGINALS_DATA=../shared/data PYTHONPATH=src python benchmarks/pgm_vs_calm.py
     ... --seeds 3 --queries 50 --coverage 20 --json results/pgm_vs_calm.json
@@ -42,10 +41,10 @@ import numpy as np
 from dpmarginals.datasets import load
 from dpmarginals.evaluate import random_queries
 from dpmarginals.local.calm import CALM, consistent_synopsis
-from dpmarginals.local.calm_pgm import pgm_synopsis
-from dpmarginals.local.collect import NoisyView, assign_groups, collect
-from dpmarginals.randomness import simulation_rng
-from dpmarginals.stderr import REPLICATES, collection_info, standard_errors
+from dpmarginals.local.calm_pgm import CALMPGM
+from dpmarginals.local.collect import collect
+from dpmarginals.local.error_sources import noiseless_views, population_views, split_error
+from dpmarginals.stderr import REPLICATES, standard_errors
 
 GRID = [(ds, d, eps) for ds, d in (("msnbc", 8), ("msnbc", 16), ("adult3", 8))
         for eps in (0.2, 1.0, 2.0)]
@@ -54,22 +53,6 @@ GRID = [(ds, d, eps) for ds, d in (("msnbc", 8), ("msnbc", 16), ("adult3", 8))
 def sse(synopsis: Any, queries: list, truth: list) -> float:
     return float(np.mean([synopsis.marginal(q).sse(t) for q, t in zip(queries, truth,
                                                                        strict=True)]))
-
-
-def clean_views(data: Any, plan: Any, views: list, seed: int) -> tuple[list, list]:
-    """The groups' exact marginals (same split as ``collect`` with ``seed``), and the
-    population's.  Each carries the variance of its own error (sampling, ~1/(n_g L) per
-    cell; ~0 for the population), so that shrinkage adapts to the cleaner input."""
-    groups = assign_groups(data.n, plan.m, rng=simulation_rng(seed))
-    own, pop = [], []
-    for g, (spec, v) in enumerate(zip(plan.groups, views, strict=True)):
-        members = data.take(np.flatnonzero(groups == g))
-        cells = v.table.size
-        own.append(NoisyView(spec.attributes, members.marginal(spec.attributes).values,
-                             v.users, 1.0 / (v.users * cells)))
-        pop.append(NoisyView(spec.attributes, data.marginal(spec.attributes).values,
-                             v.users, 1e-12))
-    return own, pop
 
 
 def run_setting(ds: str, d: int, eps: float, args: argparse.Namespace) -> dict[str, Any]:
@@ -81,24 +64,20 @@ def run_setting(ds: str, d: int, eps: float, args: argparse.Namespace) -> dict[s
     rows: dict[str, list[float]] = {key: [] for key in (
         "calm", "pgm", "calm_nonoise", "pgm_nonoise", "calm_pop", "pgm_pop",
         "calm_seconds", "pgm_seconds")}
+    inferences = {"calm": calm, "pgm": CALMPGM(epsilon=eps, k=args.k)}
     for seed in range(args.seeds):
         views = collect(data, plan, rng=seed)  # the same reports for both
-        info = {"n": data.n, **collection_info(plan, views)}
-        clock = time.perf_counter()
-        c = consistent_synopsis(data.domain, views, "calm", info)
-        rows["calm_seconds"].append(time.perf_counter() - clock)
-        clock = time.perf_counter()
-        p = pgm_synopsis(data.domain, views, "calm_pgm", info)
-        rows["pgm_seconds"].append(time.perf_counter() - clock)
-        rows["calm"].append(sse(c, queries, truth))
-        rows["pgm"].append(sse(p, queries, truth))
-        if seed < args.decompose:
-            own, pop = clean_views(data, plan, views, seed)
-            for tag, vs in (("nonoise", own), ("pop", pop)):
-                rows[f"calm_{tag}"].append(sse(consistent_synopsis(data.domain, vs, "calm", info),
-                                               queries, truth))
-                rows[f"pgm_{tag}"].append(sse(pgm_synopsis(data.domain, vs, "calm_pgm", info),
-                                              queries, truth))
+        for name, inference in inferences.items():
+            clock = time.perf_counter()
+            synopsis = inference.release(plan, views, data.n)
+            rows[f"{name}_seconds"].append(time.perf_counter() - clock)
+            rows[name].append(sse(synopsis, queries, truth))
+            if seed < args.decompose:
+                clean = {"nonoise": noiseless_views(data, plan, rng=seed),
+                         "pop": population_views(data, plan, [v.users for v in views])}
+                for tag, vs in clean.items():
+                    rows[f"{name}_{tag}"].append(sse(inference.release(plan, vs, data.n),
+                                                     queries, truth))
     out: dict[str, Any] = {"dataset": ds, "d": d, "epsilon": eps, "n": data.n, "k": args.k,
                            "l": plan.params["l"], "m": plan.m,
                            "oracles": sorted({g.oracle for g in plan.groups})}
@@ -108,9 +87,7 @@ def run_setting(ds: str, d: int, eps: float, args: argparse.Namespace) -> dict[s
     for m in ("calm", "pgm"):
         if out[f"{m}_pop"] is None:
             continue
-        out[f"{m}_sources"] = {"noise": out[m] - out[f"{m}_nonoise"],
-                               "sampling": out[f"{m}_nonoise"] - out[f"{m}_pop"],
-                               "reconstruction": out[f"{m}_pop"]}
+        out[f"{m}_sources"] = split_error(out[m], out[f"{m}_nonoise"], out[f"{m}_pop"])
     return out
 
 
@@ -146,20 +123,19 @@ def coverage_queries(data: Any, plan: Any, k: int, count: int, rng: np.random.Ge
 def run_coverage(ds: str, d: int, eps: float, args: argparse.Namespace) -> dict[str, Any]:
     data = load(ds, d=d, n=args.n, rng=np.random.SeedSequence([0, 1]))
     plan = CALM(epsilon=eps, k=args.k).plan(data.domain, data.n)
-    cov, rec = coverage_queries(data, plan, args.k, args.coverage_queries,
-                                np.random.default_rng(5))
     public = public_sample(ds, d) if args.coverage_public else None
     hits: dict[tuple[str, str], dict[int, list[np.ndarray]]] = {}
     z = 1.959964
     clock = {"calm": 0.0, "pgm": 0.0}
     for run in range(args.coverage):
+        # New queries per run (the rate then averages over queries too), or the same ones.
+        cov, rec = coverage_queries(data, plan, args.k, args.coverage_queries,
+                                    np.random.default_rng(5 if args.coverage_fixed_queries
+                                                          else [5, run]))
         views = collect(data, plan, rng=args.coverage_seed + run)
-        info = {"n": data.n, **collection_info(plan, views)}
-        syns = {}
-        if "calm" in args.coverage_methods:
-            syns["calm"] = consistent_synopsis(data.domain, views, "calm", info)
-        if "pgm" in args.coverage_methods:
-            syns["pgm"] = pgm_synopsis(data.domain, views, "calm_pgm", info)
+        syns = {name: inference.release(plan, views, data.n) for name, inference in
+                (("calm", CALM(epsilon=eps, k=args.k)), ("pgm", CALMPGM(epsilon=eps, k=args.k)))
+                if name in args.coverage_methods}
         for name, syn in syns.items():
             for kind, qs in (("covered", cov), ("reconstructed", rec)):
                 for q in qs:
@@ -236,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--coverage-methods", default="calm,pgm")
     parser.add_argument("--coverage-seed", type=int, default=1000,
                         help="seed of the first coverage collection (default 1000)")
+    parser.add_argument("--coverage-fixed-queries", action="store_true",
+                        help="ask the same queries in every run (default: new random "
+                             "queries per run, so that the rate averages over queries)")
     parser.add_argument("--coverage-public", action="store_true",
                         help="standard errors use a 'public' sample (2^14 other rows) for "
                         "how interactions fade with their order")

@@ -58,7 +58,7 @@ def _em_info(synopsis: Any, row: dict[str, Any]) -> None:
     row["em_queries"] = info.get("em_queries")
 
 
-def _base(task: dict[str, Any], **more: Any) -> dict[str, Any]:
+def task_fields(task: dict[str, Any], **more: Any) -> dict[str, Any]:
     return {"panel": task["panel"], "dataset": task["dataset"], "n": task["n"], "d": task["d"],
             "k": task["k"], "repeat": task["repeat"], **more}
 
@@ -84,7 +84,7 @@ PAPER_SKIPS = {
 }
 
 
-def _sse_tasks(name: str, panels: dict[str, Sequence[tuple[int, int, int]]],
+def sse_tasks(name: str, panels: dict[str, Sequence[tuple[int, int, int]]],
                methods: Sequence[str], quick: bool, shrink: int) -> list[dict[str, Any]]:
     repeats, queries = (2, 10) if quick else (20, 50)
     eps = QUICK_EPS if quick else EPS_CALM
@@ -108,7 +108,7 @@ def _sse_run(task: dict[str, Any], seed: int) -> list[dict[str, Any]]:
     if d > MAX_D.get(ds, d):
         reason = (f"{ds} has only {MAX_D[ds]} attributes (the paper's data set had "
                   f"thousands of items)")
-        return [not_run(reason, **_base(task), epsilon=e, method=m)
+        return [not_run(reason, **task_fields(task), epsilon=e, method=m)
                 for e in task["eps"] for m in task["methods"]]
     data = sample_users(ds, d, n, seed, r)
     exact = truths(data, query_set(data.domain, k, task["queries"], seed, ds, n, d, k, r))
@@ -116,7 +116,7 @@ def _sse_run(task: dict[str, Any], seed: int) -> list[dict[str, Any]]:
         for meth in task["methods"]:
             if meth == "em" and r >= task.get("em_repeats", r + 1):
                 continue  # EM's (expensive) curve is far above the others: fewer repeats
-            fields = _base(task, epsilon=eps)
+            fields = task_fields(task, epsilon=eps)
             skip = PAPER_SKIPS.get(meth)
             if skip is not None and skip[0](k):
                 rows.append(not_run(skip[1], **fields, method=meth))
@@ -127,7 +127,12 @@ def _sse_run(task: dict[str, Any], seed: int) -> list[dict[str, Any]]:
     return rows
 
 
-def _sse_plot(name: str, title: str, datasets: Sequence[str]) -> Any:
+def method_label(method: str) -> str:
+    return {"uni": "Uni"}.get(method, method.upper())
+
+
+def sse_plot(name: str, title: str, datasets: Sequence[str],
+             methods: Sequence[str] = (*FIG4_METHODS, *FIG5_METHODS)) -> Any:
     def plot(frame: pd.DataFrame, out: Path, quick: bool) -> list[Path]:
         grid = []
         for ds in datasets:
@@ -143,9 +148,8 @@ def _sse_plot(name: str, title: str, datasets: Sequence[str]) -> Any:
         path = out / f"{name}.png"
         eps = sorted(frame["epsilon"].dropna().unique())
         return [curve_grid(grid, path, x="epsilon", y="sse",
-                           hue_order=[m for m in (*FIG4_METHODS, *FIG5_METHODS)],
-                           labels={m: m.upper() if m != "uni" else "Uni" for m in
-                                   (*FIG4_METHODS, *FIG5_METHODS)},
+                           hue_order=list(dict.fromkeys(methods)),
+                           labels={m: method_label(m) for m in methods},
                            ylabel="SSE", xlabel="epsilon", xticks=eps,
                            xticklabels=[f"{e:g}" for e in eps],
                            row_labels=[DATA_LABEL.get(d, d) for d in datasets],
@@ -274,10 +278,10 @@ FIG4 = Experiment(
                  "stands in for POS (it has 17 categories, so its d = 32 panels are empty) and "
                  "the 36,682-transaction Kosarak prefix, sampled with replacement, for "
                  "Kosarak."),
-    tasks=lambda quick: _sse_tasks("calm-fig4", {"kosarak": FIG4_PANELS, "msnbc": FIG4_PANELS},
+    tasks=lambda quick: sse_tasks("calm-fig4", {"kosarak": FIG4_PANELS, "msnbc": FIG4_PANELS},
                                    FIG4_METHODS, quick, shrink=2),
     run_task=_sse_run,
-    plot=_sse_plot("calm-fig4", "CALM Fig. 4: SSE on binary data", ("kosarak", "msnbc")),
+    plot=sse_plot("calm-fig4", "CALM Fig. 4: SSE on binary data", ("kosarak", "msnbc")),
     summarize=_fig4_summary,
     columns=SSE_COLUMNS,
     quick_note="n divided by 4, eps in {0.2, 0.8, 1.4, 2.0}, 10 queries x 2 repeats.",
@@ -293,9 +297,9 @@ FIG5 = Experiment(
                  "AM, FT, BE and Uniform on Adult and BR2000 (standing in for the IPUMS US "
                  "extract), every attribute capped at 3 values, n = 2^16 users sampled with "
                  "replacement; BR2000 has 14 attributes, so its 'd = 16' panels use d = 14."),
-    tasks=lambda quick: _sse_tasks("calm-fig5", FIG5_PANELS, FIG5_METHODS, quick, shrink=2),
+    tasks=lambda quick: sse_tasks("calm-fig5", FIG5_PANELS, FIG5_METHODS, quick, shrink=2),
     run_task=_sse_run,
-    plot=_sse_plot("calm-fig5", "CALM Fig. 5: SSE on non-binary data", ("adult3", "br2000-3")),
+    plot=sse_plot("calm-fig5", "CALM Fig. 5: SSE on non-binary data", ("adult3", "br2000-3")),
     summarize=_fig5_summary,
     columns=SSE_COLUMNS,
     quick_note="n = 2^14, eps in {0.2, 0.8, 1.4, 2.0}, 10 queries x 2 repeats.",
@@ -371,7 +375,7 @@ def _fig6_run(task: dict[str, Any], seed: int) -> list[dict[str, Any]]:
     train, test = data.take(perm[:cut]), data.take(perm[cut:])
     users = train.sample(n, rng=seed_for(seed, "users", ds, n, r))
     attrs = [*FIG6_FEATURES, FIG6_LABEL]
-    fields = _base(task)
+    fields = task_fields(task)
     base_err = {"nonoise": nonprivate_error(users, FIG6_FEATURES, FIG6_LABEL, test),
                 "majority": majority_error(users, FIG6_LABEL, test),
                 "best": best_possible_error(users, FIG6_FEATURES, FIG6_LABEL, test)}
@@ -527,7 +531,7 @@ def _fig7_run(task: dict[str, Any], seed: int) -> list[dict[str, Any]]:
             # with n/m users each pools (after consistency) into one view with j n/m users,
             # so we run the C(d, l) distinct views, each with n / C(d, l) users.
             m_used = min(m, math.comb(d, l))
-            fields = _base(task, epsilon=eps, m_set=m, l_set=l)
+            fields = task_fields(task, epsilon=eps, m_set=m, l_set=l)
             rng = seed_for(seed, "method", ds, n, d, k, r, eps, m, l)
             rows.append(run_method("calm", {"epsilon": eps, "k": k, "m": m_used, "l": l}, data,
                                    exact, rng, fields=fields))
@@ -722,18 +726,18 @@ def _fig8_run(task: dict[str, Any], seed: int) -> list[dict[str, Any]]:
     key = (ds, n, d, k, r)
     for eps in task["eps"]:
         for kp in FIG8_KP:
-            rows.append(_cached_calm_rows(cache, kp, eps, data, exact, seed, key, _base(
+            rows.append(_cached_calm_rows(cache, kp, eps, data, exact, seed, key, task_fields(
                 task, epsilon=eps, method="calm", k_prime=kp, series=f"k'={kp}",
                 figure_row="vary-eps")))
         rng = seed_for(seed, "priview", *key, eps)
         rows.append(run_method("priview", {"epsilon": eps, "k": k, "cover": 2}, data, exact, rng,
-                               fields=_base(task, epsilon=eps, series="priview",
+                               fields=task_fields(task, epsilon=eps, series="priview",
                                             figure_row="vary-eps")))
     for eps in FIG8_EPS2:
         for kp in task["kps"]:
             if kp > d:
                 continue
-            rows.append(_cached_calm_rows(cache, kp, eps, data, exact, seed, key, _base(
+            rows.append(_cached_calm_rows(cache, kp, eps, data, exact, seed, key, task_fields(
                 task, epsilon=eps, method="calm", k_prime=kp, series=f"eps={eps:g}",
                 figure_row="vary-k'")))
     return rows
@@ -844,7 +848,7 @@ def _fig9_run(task: dict[str, Any], seed: int) -> list[dict[str, Any]]:
         exact = truths(data, query_set(data.domain, k, count, seed, ds, n, d, k, r))
         for eps in FIG8_EPS2:
             for kp, series in ((3, "k'=3"), (k, "k'=k")):
-                fields = {**_base(task, epsilon=eps, method="calm", k_prime=kp,
+                fields = {**task_fields(task, epsilon=eps, method="calm", k_prime=kp,
                                   series=f"eps={eps:g}, {series}"), "k": k}
                 # the release depends on (eps, k'); its evaluation on k
                 rows.append(_cached_calm_rows(cache, kp, eps, data, exact, seed,

@@ -11,6 +11,7 @@ True
 from __future__ import annotations
 
 from ..errors import DPMarginalsError
+from .beyond_calm import BEYOND_CALM_EXPERIMENTS
 from .calm_figures import CALM_EXPERIMENTS
 from .cormode_figures import CORMODE_EXPERIMENTS
 from .runner import Experiment
@@ -18,7 +19,8 @@ from .runner import Experiment
 __all__ = ["EXPERIMENTS", "describe", "get", "names"]
 
 EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [*CALM_EXPERIMENTS,
-                                                          *CORMODE_EXPERIMENTS]}
+                                                          *CORMODE_EXPERIMENTS,
+                                                          *BEYOND_CALM_EXPERIMENTS]}
 
 
 def names() -> list[str]:

@@ -84,6 +84,13 @@ def consistent_synopsis(
     return ViewSynopsis(domain, out, method, info)
 
 
+def release_info(plan: Plan, views: list[NoisyView], n: int) -> dict:
+    """What a synopsis records of its collection: the plan's parameters and hash, n, the
+    oracles, and each reporting group (what standard errors need, issue #9)."""
+    return {"plan_hash": plan.hash, **plan.params, "n": n,
+            "oracles": sorted({g.oracle for g in plan.groups}), **collection_info(plan, views)}
+
+
 @dataclass
 class CALM:
     """CALM with Algorithm 1's choice of (m, l) unless both are given.
@@ -154,24 +161,25 @@ class CALM:
     def run(self, data: Dataset, *, rng: RNGLike = None) -> Synopsis:
         """Collect from every row of ``data`` as one user and build the synopsis.
 
-        ``info["stage_seconds"]`` holds the time of planning, collection and consistency.
+        ``info["stage_seconds"]`` holds the time of planning, collection and inference.
         """
         clock = time.perf_counter()
         plan = self.plan(data.domain, data.n)
         planned = time.perf_counter()
         views = collect(data, plan, rng=rng, per_user=self.per_user)
         collected = time.perf_counter()
-        info = {"plan_hash": plan.hash, **plan.params, "n": data.n,
-                "oracles": sorted({g.oracle for g in plan.groups}),
-                **collection_info(plan, views)}  # what standard errors need (issue #9)
-        if self.inference == "pgm":
-            from .calm_pgm import pgm_options, pgm_synopsis
-
-            synopsis: Synopsis = pgm_synopsis(data.domain, views, self.name, info,
-                                              **pgm_options(self))
-        else:
-            synopsis = consistent_synopsis(data.domain, views, self.name, info,
-                                           max_rounds=self.max_rounds)
+        synopsis = self.release(plan, views, data.n)
         synopsis.info["stage_seconds"] = {"plan": planned - clock, "collect": collected - planned,
                                           self.inference: time.perf_counter() - collected}
         return synopsis
+
+    def release(self, plan: Plan, views: list[NoisyView], n: int) -> Synopsis:
+        """The synopsis of ``plan``'s collected ``views`` (n users in all) by this
+        inference; reports collected once can be released by either inference."""
+        info = release_info(plan, views, n)
+        if self.inference == "pgm":
+            from .calm_pgm import pgm_options, pgm_synopsis
+
+            return pgm_synopsis(plan.domain, views, self.name, info, **pgm_options(self))
+        return consistent_synopsis(plan.domain, views, self.name, info,
+                                   max_rounds=self.max_rounds)

@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 from ..dataset import Dataset
 from ..domain import Domain
 from ..errors import DPMarginalsError, check_positive_int
-from ..inference.pgm import GraphicalModel, NoisyMarginal, pgm_estimate, require_mbi
+from ..inference.pgm import KEEP, GraphicalModel, NoisyMarginal, pgm_estimate, require_mbi
 from ..plan import Plan
 from ..randomness import RNGLike
 from ..synopsis import Synopsis, check_query
@@ -83,12 +83,12 @@ class PGMSynopsis(Synopsis):
 def pgm_options(method: Any) -> dict[str, Any]:
     """The inference options a method object carries (defaults where it has none)."""
     return {"shrink": bool(getattr(method, "shrink", True)),
-            "keep": float(getattr(method, "keep", 0.2)),
+            "keep": float(getattr(method, "keep", KEEP)),
             "iters": int(getattr(method, "iters", 1000))}
 
 
 def pgm_synopsis(domain: Domain, views: Sequence[NoisyMarginal], method: str,
-                 info: Mapping[str, Any], *, shrink: bool = True, keep: float = 0.2,
+                 info: Mapping[str, Any], *, shrink: bool = True, keep: float = KEEP,
                  iters: int = 1000) -> PGMSynopsis:
     """Graphical-model inference over noisy views, packed as a synopsis."""
     options = {"shrink": shrink, "keep": keep, "iters": iters}
@@ -102,13 +102,13 @@ class CALMPGM(CALM):
 
     ``shrink``: empirical-Bayes shrinkage before the fit (default on; off gives the plain
     ``mbi`` estimator on the noisy views).  ``keep``: a view whose interaction keeps less
-    than this fraction after shrinkage is modelled through its sub-marginals only.
-    ``iters``: mirror-descent iterations.
+    than this fraction after shrinkage is modelled through its sub-marginals only (default
+    0: every view is a clique).  ``iters``: mirror-descent iterations.
     """
 
     inference: str = "pgm"
     shrink: bool = True
-    keep: float = 0.2
+    keep: float = KEEP
     iters: int = 1000
     name: ClassVar[str] = "calm_pgm"
 
