@@ -130,7 +130,7 @@ def _load_data(args: argparse.Namespace) -> Any:
 
 def _method_params(args: argparse.Namespace) -> dict[str, Any]:
     params: dict[str, Any] = {"epsilon": args.epsilon, "k": args.k}
-    for key in ("theta", "m", "l", "oracle"):
+    for key in ("theta", "m", "l", "oracle", "inference"):
         value = getattr(args, key, None)
         if value is not None:
             params[key] = value
@@ -312,6 +312,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--l", type=_positive_int, default=None, help="override the marginal size")
     p.add_argument("--oracle", default=None,
                    help="adaptive (default), best, grr, oue, olh or hr")
+    p.add_argument("--inference", default=None,
+                   help="how the noisy marginals become answers: pgm (shrinkage + a graphical "
+                   "model, needs the 'pgm' extra) for calm, am, marg_rr, marg_ps and marg_ht; "
+                   "default consistency (calm) or views (the others)")
     p.add_argument("--per-user", action="store_true",
                    help="randomize every user's record (slower) instead of sampling the "
                    "aggregate counts from their exact distribution")

@@ -44,12 +44,12 @@ from ..errors import (
     check_positive_int,
 )
 from ..inference import norm_sub, project
-from ..oracles import adaptive_oracle, best_oracle, make_oracle
+from ..oracles import ORACLES, adaptive_oracle, best_oracle, make_oracle
 from ..plan import GroupSpec, Plan
 from ..randomness import RNGLike
 from ..synopsis import Synopsis, check_query
 from ..table import MarginalTable
-from .collect import collect
+from .collect import NoisyView, collect
 
 __all__ = [
     "AM",
@@ -62,6 +62,10 @@ __all__ = [
 ]
 
 POSTPROCESS = ("none", "norm_sub")
+#: How a marginals method turns its noisy views into a synopsis: "views" (each query from
+#: the views that contain it) or "pgm" (issue #9: shrinkage + a graphical model over all
+#: of them, which also answers queries no view contains; the optional 'pgm' extra).
+VIEW_INFERENCE = ("views", "pgm")
 DEFAULT_MAX_MEMORY = 2**31  # bytes
 
 
@@ -211,6 +215,32 @@ class MarginalsSynopsis(Synopsis):
                    dict(payload.get("info", {})), str(payload.get("postprocess", "none")))
 
 
+def release_views(domain: Domain, plan: Plan, views: Sequence[NoisyView], method: str,
+                  postprocess: str, inference: str) -> Synopsis:
+    """The synopsis of a marginals method's noisy views (``inference``: see
+    :data:`VIEW_INFERENCE`; ``postprocess`` applies to "views")."""
+    info = {"plan_hash": plan.hash, **plan.params}
+    if inference == "pgm":
+        from ..stderr import collection_info
+        from .calm_pgm import pgm_synopsis
+
+        if all(g.oracle in ORACLES for g in plan.groups):  # what standard errors need
+            info.update({"n": int(sum(v.users for v in views)),
+                         **collection_info(plan, views)})
+        return pgm_synopsis(domain, views, method, info)
+    return MarginalsSynopsis(domain, [(v.attributes, v.table) for v in views],
+                             [v.variance for v in views], method, info, postprocess)
+
+
+def check_view_inference(method: Any) -> None:
+    """Validate ``method.inference``; fail before collecting when 'pgm' lacks its extra."""
+    check_choice(method.inference, "inference", VIEW_INFERENCE)
+    if method.inference == "pgm":
+        from ..inference.pgm import require_mbi
+
+        require_mbi()
+
+
 # -- FC ------------------------------------------------------------------------------------
 @dataclass
 class FC:
@@ -308,6 +338,7 @@ class AM:
     oracle: str = "adaptive"
     per_user: bool = False
     postprocess: str = "none"
+    inference: str = "views"
     name: ClassVar[str] = "am"
     oracles: ClassVar[tuple[str, ...]] = ("adaptive", "best", "grr", "oue", "olh", "hr", "sue")
 
@@ -316,6 +347,7 @@ class AM:
         self.k = check_k(self.k)
         check_choice(self.oracle, "oracle", self.oracles)
         check_choice(self.postprocess, "postprocess", POSTPROCESS)
+        check_view_inference(self)
 
     def plan(self, domain: Domain, n: int) -> Plan:
         d = len(domain)
@@ -350,9 +382,8 @@ class AM:
     def _table2_bits(self, d: int, k: int) -> int | None:
         return None
 
-    def run(self, data: Dataset, *, rng: RNGLike = None) -> MarginalsSynopsis:
+    def run(self, data: Dataset, *, rng: RNGLike = None) -> Synopsis:
         plan = self.plan(data.domain, data.n)
         views = collect(data, plan, rng=rng, per_user=self.per_user)
-        info = {"plan_hash": plan.hash, **plan.params}
-        return MarginalsSynopsis(data.domain, [(v.attributes, v.table) for v in views],
-                                 [v.variance for v in views], self.name, info, self.postprocess)
+        return release_views(data.domain, plan, views, self.name, self.postprocess,
+                             self.inference)

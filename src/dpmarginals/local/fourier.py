@@ -53,15 +53,16 @@ from ..randomness import RandomSource, RNGLike, client_rng, simulation_rng
 from ..synopsis import Synopsis
 from ..table import MarginalTable
 from .binary_encoding import BinaryEncoding
-from .collect import assign_groups
+from .collect import NoisyView, assign_groups
 from .direct import (
     POSTPROCESS,
-    MarginalsSynopsis,
     apply_postprocess,
     bits_for,
     check_choice,
     check_k,
     check_positive_int,
+    check_view_inference,
+    release_views,
 )
 
 __all__ = ["FT", "FourierSynopsis", "InpHT", "MargHT", "coefficient_masks"]
@@ -315,12 +316,14 @@ class MargHT:
     k: int = 3
     per_user: bool = False
     postprocess: str = "none"
+    inference: str = "views"
     name: ClassVar[str] = "marg_ht"
 
     def __post_init__(self) -> None:
         self.epsilon = check_epsilon(self.epsilon)
         self.k = check_k(self.k)
         check_choice(self.postprocess, "postprocess", POSTPROCESS)
+        check_view_inference(self)
 
     def plan(self, domain: Domain, n: int) -> Plan:
         d = len(domain)
@@ -348,7 +351,7 @@ class MargHT:
                   "variance_factor": None, "expected_sse": sse}
         return Plan(self.name, self.epsilon, domain, tuple(groups), params)
 
-    def run(self, data: Dataset, *, rng: RNGLike = None) -> MarginalsSynopsis:
+    def run(self, data: Dataset, *, rng: RNGLike = None) -> Synopsis:
         plan = self.plan(data.domain, data.n)
         p = plan.params["p"]
         enc = BinaryEncoding(data.domain)
@@ -358,7 +361,7 @@ class MargHT:
         groups = assign_groups(data.n, plan.m, rng=sim)
         order = np.argsort(groups, kind="stable")
         bounds = np.searchsorted(groups[order], np.arange(plan.m + 1))
-        views, variances = [], []
+        views = []
         for g, spec in enumerate(plan.groups):
             members = order[bounds[g] : bounds[g + 1]]
             gbits = enc.global_bits(spec.attributes)
@@ -374,8 +377,6 @@ class MargHT:
                 coeffs[1:] = sums[1:] / (counts[1:] * (2 * p - 1))
                 var = float((1.0 / ((2 * p - 1) ** 2 * counts[1:])).sum() / 4.0**b)
             table = enc.decode(spec.attributes, fwht(coeffs) / float(1 << b))
-            views.append((spec.attributes, table))
-            variances.append(var)
-        info = {"plan_hash": plan.hash, **plan.params}
-        return MarginalsSynopsis(data.domain, views, variances, self.name, info,
-                                 self.postprocess)
+            views.append(NoisyView(spec.attributes, table, int(members.size), var))
+        return release_views(data.domain, plan, views, self.name, self.postprocess,
+                             self.inference)
