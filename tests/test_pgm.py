@@ -218,3 +218,15 @@ def test_marginals_methods_take_the_pgm_inference(method):
         assert model.marginal(["a0", "a1"], std=True).std is not None
     with pytest.raises(DPMarginalsError, match="inference"):
         make(method, epsilon=1.0, inference="magic")
+
+
+@needs_mbi
+def test_a_junction_tree_too_large_is_a_clear_error(monkeypatch):
+    """Dense plans (Kosarak d=32, l=3, m=262 needs 32 GB) must fail with a sentence, not a
+    JAX out-of-memory abort; the limit is lowered here so a small model trips it."""
+    import dpmarginals.inference.pgm as pgm
+
+    data = chain_data(4000, 4, seed=3)
+    monkeypatch.setattr(pgm, "MODEL_LIMIT_MB", 1e-6)
+    with pytest.raises(DPMarginalsError, match=r"junction tree of .* MB \(limit"):
+        make("calm-pgm", epsilon=1.0, k=2).run(data, rng=1)

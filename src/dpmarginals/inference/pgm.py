@@ -77,6 +77,10 @@ EXTRA_MESSAGE = ("graphical-model inference (calm-pgm, inference='pgm') needs th
 JOINT_LIMIT = 2**22
 #: Largest intermediate factor variable elimination may build.
 FACTOR_LIMIT = 2**26
+#: Largest junction tree (its maximal cliques' cells x 8 bytes) ``mbi`` may fit: mirror
+#: descent holds several copies, so 1 GB of parameters is already ~5 GB of memory.  Dense
+#: plans exceed it (Kosarak d = 32, l = 3, m = 262: 34 GB), where JAX would abort.
+MODEL_LIMIT_MB = 1024
 
 
 class NoisyMarginal(Protocol):
@@ -407,8 +411,16 @@ def fit_graphical_model(
     """
     mbi = require_mbi()
     from mbi import estimation
+    from mbi.junction_tree import hypothetical_model_size
 
     dom = mbi.Domain(domain.attributes, domain.sizes)
+    cliques = sorted({_canonical(domain, attrs) for attrs, _, _ in measurements})
+    size_mb = 0.0 if warm_start is not None else hypothetical_model_size(dom, cliques)
+    if size_mb > MODEL_LIMIT_MB:  # (a warm start's structure has been fitted already)
+        raise DPMarginalsError(
+            f"the graphical model over these {len(cliques)} cliques needs a junction tree of "
+            f"{size_mb:,.0f} MB (limit {MODEL_LIMIT_MB:,} MB); use CALM's inference, or fewer "
+            "or smaller marginals")
     meas = []
     for attrs, table, sd in measurements:
         canon = _canonical(domain, attrs)
