@@ -79,7 +79,7 @@ JOINT_LIMIT = 2**22
 FACTOR_LIMIT = 2**26
 #: Largest junction tree (its maximal cliques' cells x 8 bytes) ``mbi`` may fit: mirror
 #: descent holds several copies, so 1 GB of parameters is already ~5 GB of memory.  Dense
-#: plans exceed it (Kosarak d = 32, l = 3, m = 262: 34 GB), where JAX would abort.
+#: plans exceed it (Kosarak d = 32, l = 3, m = 262: 32 GB), where JAX would abort.
 MODEL_LIMIT_MB = 1024
 
 

@@ -84,13 +84,6 @@ def consistent_synopsis(
     return ViewSynopsis(domain, out, method, info)
 
 
-def release_info(plan: Plan, views: list[NoisyView], n: int) -> dict:
-    """What a synopsis records of its collection: the plan's parameters and hash, n, the
-    oracles, and each reporting group (what standard errors need, issue #9)."""
-    return {"plan_hash": plan.hash, **plan.params, "n": n,
-            "oracles": sorted({g.oracle for g in plan.groups}), **collection_info(plan, views)}
-
-
 @dataclass
 class CALM:
     """CALM with Algorithm 1's choice of (m, l) unless both are given.
@@ -176,7 +169,9 @@ class CALM:
     def release(self, plan: Plan, views: list[NoisyView], n: int) -> Synopsis:
         """The synopsis of ``plan``'s collected ``views`` (n users in all) by this
         inference; reports collected once can be released by either inference."""
-        info = release_info(plan, views, n)
+        info = {"plan_hash": plan.hash, **plan.params, "n": n,
+                "oracles": sorted({g.oracle for g in plan.groups}),
+                **collection_info(plan, views)}  # what standard errors need (issue #9)
         if self.inference == "pgm":
             from .calm_pgm import pgm_options, pgm_synopsis
 

@@ -327,6 +327,9 @@ class FC:
 class AM:
     """All k-way marginals, users partitioned into C(d, k) groups (CALM §3.4).
 
+    ``inference="pgm"`` releases the noisy marginals as one graphical model (issue #9,
+    :data:`VIEW_INFERENCE`) instead of answering each query from the views that contain it.
+
     >>> dom = Domain(tuple(f"a{i}" for i in range(8)), (2,) * 8)
     >>> plan = AM(epsilon=0.5, k=3).plan(dom, 2**16)
     >>> plan.m, plan.params["variance_factor"]

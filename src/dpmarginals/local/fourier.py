@@ -305,6 +305,7 @@ def _mean_over_queries(domain: Domain, k: int, sse: Any, limit: int = 20_000) ->
 @dataclass
 class MargHT:
     """Hadamard transform of a random marginal (Cormode et al. §4.3); module docstring.
+    ``inference``: as :class:`~dpmarginals.local.direct.AM`'s.
 
     >>> dom = Domain(tuple(f"a{i}" for i in range(8)), (2,) * 8)
     >>> params = MargHT(epsilon=1.0, k=3).plan(dom, 2**16).params
