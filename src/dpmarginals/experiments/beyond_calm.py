@@ -87,7 +87,7 @@ def _run(task: dict[str, Any], seed: int) -> list[dict[str, Any]]:
                     start = time.perf_counter()
                     synopsis = inference.release(plan, views, data.n)
                     seconds = time.perf_counter() - start
-                except DPMarginalsError as exc:  # the pgm extra is not installed
+                except DPMarginalsError as exc:  # no pgm extra, or a model too large to fit
                     rows.append({**row, "status": "not run", "reason": str(exc)})
                     continue
                 sse, tvd = evaluate_synopsis(synopsis, exact)
@@ -125,7 +125,7 @@ def _ratios(frame: pd.DataFrame) -> pd.DataFrame:
                            key=lambda c: c.map(order) if c.name == "dataset" else c)
 
 
-def _dominant(sources: dict[str, float] | None) -> str:
+def _shares(sources: dict[str, float] | None) -> str:
     if not sources:
         return "—"
     total = sum(max(v, 0.0) for v in sources.values()) or 1.0
@@ -152,7 +152,7 @@ def _summary(frame: pd.DataFrame, quick: bool) -> str:
         lines.append(f"| {DATA_LABEL.get(row['dataset'], row['dataset'])} | {row['panel']} | "
                      f"{row['epsilon']:g} | {int(l)} | {int(m)} | {fmt(row['calm'])} | "
                      f"{fmt(row['calm-pgm'])} | **{row['ratio']:.2f}** | "
-                     f"{_dominant(row['calm sources'])} | {_dominant(row['calm-pgm sources'])} |")
+                     f"{_shares(row['calm sources'])} | {_shares(row['calm-pgm sources'])} |")
     ok = frame[(frame["status"] == "ok") & (frame["method"] == "calm-pgm")]
     if len(ok):
         lines += ["", f"calm-pgm inference: mean {ok['seconds'].mean():.1f} s, max "
