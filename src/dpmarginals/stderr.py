@@ -18,9 +18,10 @@ Two cases, by whether the query Q lies inside one of the collected marginals:
   taken from the answer itself (plug-in).  When several groups cover Q their estimates are
   combined with inverse-variance weights, as consistency does.  That is the variance of the
   *linear* (consistent, unclipped) estimate; Norm-Sub's clipping at 0 removes much of the
-  noise of small cells at low epsilon (95% intervals then covered 99-100% of cells), so for
-  a view synopsis the std is scaled by :func:`postprocessing_factor`, the ratio of the
-  clipped to the linear estimate's RMSE in the bootstrap worlds below.
+  noise of small cells at low epsilon (95% intervals then covered 99-100% of cells), so the
+  std is scaled by :func:`postprocessing_factor`, the ratio of the clipped to the linear
+  estimate's RMSE in the bootstrap worlds below (a graphical-model synopsis: its model
+  against its shrunk marginals before the model).
 * **Reconstructed** (no group covers Q): parametric bootstrap from the synopsis.  Treat
   the synopsis as the truth; for each replicate draw every group's true counts
   (multinomial with the group's size and the synopsis's marginal), its oracle's support
@@ -259,11 +260,24 @@ def _refit_function(synopsis: Any, *, linear: bool = False) -> Callable[[list[An
         return lambda views: consistent_synopsis(synopsis.domain, views, synopsis.method, {},
                                                  max_rounds=rounds)
     if linear:
+        if (getattr(synopsis, "options", None) or {}).get("shrink"):
+            return lambda views: _shrunk_views(synopsis.domain, views)
         return None
     refit = getattr(synopsis, "refit", None)
     if callable(refit):
         return refit
     raise DPMarginalsError(f"no bootstrap for a {type(synopsis).__name__}")
+
+
+def _shrunk_views(domain: Any, views: Sequence[Any]) -> Any:
+    """A graphical-model synopsis's linear counterpart: its empirical-Bayes shrunk
+    marginals (consistent by construction) before the model's non-negativity."""
+    from .inference.pgm import eb_shrink
+    from .synopsis import ViewSynopsis
+
+    tables = eb_shrink(domain, views).tables
+    canon = {tuple(sorted(v.attributes, key=domain.index)) for v in views}
+    return ViewSynopsis(domain, [(a, tables[a]) for a in sorted(canon)], "shrunk", {})
 
 
 @dataclass(frozen=True)
@@ -452,7 +466,7 @@ def standard_errors(synopsis: Any, attrs: Sequence[str], values: np.ndarray, *,
                     ) -> tuple[np.ndarray, str]:
     """Per-cell standard errors of the answer ``values`` to ``attrs`` and how they were had:
     ``"analytic"`` (covered query: the analytic std, times the bootstrap's
-    :func:`postprocessing_factor` for a view synopsis) or ``"bootstrap"`` (reconstructed
+    :func:`postprocessing_factor` where the synopsis has a linear counterpart) or ``"bootstrap"`` (reconstructed
     query: bootstrap RMSE, the unmeasured interactions' variance and, for calm-pgm, what
     shrinkage hides from the bootstrap).  ``public``: a public or synthetic
     :class:`~dpmarginals.dataset.Dataset` over the same domain whose interactions tell how
