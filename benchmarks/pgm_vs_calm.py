@@ -67,15 +67,15 @@ def run_setting(ds: str, d: int, eps: float, args: argparse.Namespace) -> dict[s
     inferences = {"calm": calm, "pgm": CALMPGM(epsilon=eps, k=args.k)}
     for seed in range(args.seeds):
         views = collect(data, plan, rng=seed)  # the same reports for both
+        clean = ({"nonoise": noiseless_views(data, plan, rng=seed),
+                  "pop": population_views(data, plan, [v.users for v in views])}
+                 if seed < args.decompose else {})
         for name, inference in inferences.items():
             clock = time.perf_counter()
             synopsis = inference.release(plan, views, data.n)
             rows[f"{name}_seconds"].append(time.perf_counter() - clock)
             rows[name].append(sse(synopsis, queries, truth))
-            if seed < args.decompose:
-                clean = {"nonoise": noiseless_views(data, plan, rng=seed),
-                         "pop": population_views(data, plan, [v.users for v in views])}
-                for tag, vs in clean.items():
+            for tag, vs in clean.items():
                     rows[f"{name}_{tag}"].append(sse(inference.release(plan, vs, data.n),
                                                      queries, truth))
     out: dict[str, Any] = {"dataset": ds, "d": d, "epsilon": eps, "n": data.n, "k": args.k,
