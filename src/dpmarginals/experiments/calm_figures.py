@@ -85,7 +85,7 @@ PAPER_SKIPS = {
 
 
 def sse_tasks(name: str, panels: dict[str, Sequence[tuple[int, int, int]]],
-               methods: Sequence[str], quick: bool, shrink: int) -> list[dict[str, Any]]:
+              methods: Sequence[str], quick: bool, shrink: int) -> list[dict[str, Any]]:
     repeats, queries = (2, 10) if quick else (20, 50)
     eps = QUICK_EPS if quick else EPS_CALM
     em_repeats = repeats if quick else EM_REPEATS
@@ -127,7 +127,7 @@ def _sse_run(task: dict[str, Any], seed: int) -> list[dict[str, Any]]:
     return rows
 
 
-def method_label(method: str) -> str:
+def _method_label(method: str) -> str:
     return {"uni": "Uni"}.get(method, method.upper())
 
 
@@ -149,7 +149,7 @@ def sse_plot(name: str, title: str, datasets: Sequence[str],
         eps = sorted(frame["epsilon"].dropna().unique())
         return [curve_grid(grid, path, x="epsilon", y="sse",
                            hue_order=list(dict.fromkeys(methods)),
-                           labels={m: method_label(m) for m in methods},
+                           labels={m: _method_label(m) for m in methods},
                            ylabel="SSE", xlabel="epsilon", xticks=eps,
                            xticklabels=[f"{e:g}" for e in eps],
                            row_labels=[DATA_LABEL.get(d, d) for d in datasets],
@@ -279,7 +279,7 @@ FIG4 = Experiment(
                  "the 36,682-transaction Kosarak prefix, sampled with replacement, for "
                  "Kosarak."),
     tasks=lambda quick: sse_tasks("calm-fig4", {"kosarak": FIG4_PANELS, "msnbc": FIG4_PANELS},
-                                   FIG4_METHODS, quick, shrink=2),
+                                  FIG4_METHODS, quick, shrink=2),
     run_task=_sse_run,
     plot=sse_plot("calm-fig4", "CALM Fig. 4: SSE on binary data", ("kosarak", "msnbc")),
     summarize=_fig4_summary,
@@ -732,7 +732,7 @@ def _fig8_run(task: dict[str, Any], seed: int) -> list[dict[str, Any]]:
         rng = seed_for(seed, "priview", *key, eps)
         rows.append(run_method("priview", {"epsilon": eps, "k": k, "cover": 2}, data, exact, rng,
                                fields=task_fields(task, epsilon=eps, series="priview",
-                                            figure_row="vary-eps")))
+                                                  figure_row="vary-eps")))
     for eps in FIG8_EPS2:
         for kp in task["kps"]:
             if kp > d:
@@ -849,7 +849,7 @@ def _fig9_run(task: dict[str, Any], seed: int) -> list[dict[str, Any]]:
         for eps in FIG8_EPS2:
             for kp, series in ((3, "k'=3"), (k, "k'=k")):
                 fields = {**task_fields(task, epsilon=eps, method="calm", k_prime=kp,
-                                  series=f"eps={eps:g}, {series}"), "k": k}
+                                        series=f"eps={eps:g}, {series}"), "k": k}
                 # the release depends on (eps, k'); its evaluation on k
                 rows.append(_cached_calm_rows(cache, kp, eps, data, exact, seed,
                                               (ds, n, d, r, k), fields))

@@ -411,16 +411,10 @@ def fit_graphical_model(
     """
     mbi = require_mbi()
     from mbi import estimation
-    from mbi.junction_tree import hypothetical_model_size
 
     dom = mbi.Domain(domain.attributes, domain.sizes)
-    cliques = sorted({_canonical(domain, attrs) for attrs, _, _ in measurements})
-    size_mb = 0.0 if warm_start is not None else hypothetical_model_size(dom, cliques)
-    if size_mb > MODEL_LIMIT_MB:  # (a warm start's structure has been fitted already)
-        raise DPMarginalsError(
-            f"the graphical model over these {len(cliques)} cliques needs a junction tree of "
-            f"{size_mb:,.0f} MB (limit {MODEL_LIMIT_MB:,} MB); use CALM's inference, or fewer "
-            "or smaller marginals")
+    if warm_start is None:  # a warm start's structure has been fitted already
+        _check_model_size(dom, {_canonical(domain, attrs) for attrs, _, _ in measurements})
     meas = []
     for attrs, table, sd in measurements:
         canon = _canonical(domain, attrs)
@@ -436,6 +430,18 @@ def fit_graphical_model(
         f = model.potentials.tables[clique]
         pots.append((tuple(f.domain.attributes), np.asarray(f.values, dtype=np.float64)))
     return GraphicalModel(domain, pots)
+
+
+def _check_model_size(dom: Any, cliques: set[tuple[str, ...]]) -> None:
+    """Refuse a junction tree above :data:`MODEL_LIMIT_MB`, where JAX would abort."""
+    from mbi.junction_tree import hypothetical_model_size
+
+    size_mb = hypothetical_model_size(dom, sorted(cliques))
+    if size_mb > MODEL_LIMIT_MB:
+        raise DPMarginalsError(
+            f"the graphical model over these {len(cliques)} cliques needs a junction tree of "
+            f"{size_mb:,.0f} MB (limit {MODEL_LIMIT_MB:,} MB); use CALM's inference, or fewer "
+            "or smaller marginals")
 
 
 def _to_clique_vector(mbi: Any, dom: Any, model: GraphicalModel) -> Any:
