@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from .domain import Domain
+from .encoding import domain_from_data, encode_frame
 from .errors import DPMarginalsError
 from .randomness import RNGLike, simulation_rng
 from .table import MarginalTable
@@ -30,7 +31,8 @@ def code_dtype(sizes: Sequence[int]) -> np.dtype:
 class Dataset:
     """``codes[i, j]`` is user i's value of attribute ``domain.attributes[j]``.
 
-    ``labels`` optionally maps an attribute to the human-readable name of each code.
+    ``labels`` optionally maps an attribute to the human-readable name of each code; they
+    join the domain (``domain.labels``), and ``labels`` reads them back from it.
 
     >>> ds = Dataset(np.array([[0, 1], [1, 1], [1, 0]]), Domain(("a", "b"), (2, 2)))
     >>> ds.marginal(["b"]).values
@@ -53,6 +55,11 @@ class Dataset:
             raise DPMarginalsError("codes must be integers")
         self.domain.validate_codes(codes)
         object.__setattr__(self, "codes", codes.astype(code_dtype(self.domain.sizes), copy=False))
+        if self.labels:  # value names given apart from the domain join it
+            object.__setattr__(self, "domain", self.domain.with_labels(self.labels))
+        object.__setattr__(self, "labels", {
+            a: lab.names for a, lab in zip(self.domain.attributes, self.domain.labels,
+                                           strict=True) if lab is not None})
 
     # -- basic properties --------------------------------------------------------
     @property
@@ -122,101 +129,62 @@ class Dataset:
 
     @classmethod
     def from_frame(
-        cls, frame: pd.DataFrame, domain: Domain | Mapping | None = None, *, name: str = "data"
+        cls, frame: pd.DataFrame, domain: Domain | Mapping | str | Path | None = None, *,
+        name: str = "data", extra_columns: str = "error",
     ) -> Dataset:
-        """From a DataFrame.
+        """From a DataFrame of the user's own values over a declared domain.
 
-        With a ``domain`` the columns it names must hold integer codes ``0..size-1``.
-        Without one, integer columns keep their codes (size = max + 1, negatives refused)
-        and other columns (strings, categories, booleans) are encoded by their sorted
-        distinct values, which become the ``labels``.  Missing values are refused.
+        The domain (a :class:`Domain`, a domain dict or a JSON path) says each column's
+        values: labels, numeric bins or codes ``0..size-1``
+        (:func:`dpmarginals.encoding.encode_frame`); a value outside it is an error naming
+        the column, the row and the value.  Without a domain, it is read off the data with
+        a :class:`~dpmarginals.errors.PrivacyLeakWarning`.
         """
-        if domain is not None:
-            dom = domain if isinstance(domain, Domain) else Domain.from_dict(domain)
-            missing = [a for a in dom.attributes if a not in frame.columns]
-            if missing:
-                raise DPMarginalsError(
-                    f"columns {missing} of the domain are not in the data "
-                    f"(columns: {list(frame.columns)[:20]})"
-                )
-            sub = frame[list(dom.attributes)]
-            _refuse_missing(sub)
-            for a in dom.attributes:
-                if not pd.api.types.is_numeric_dtype(sub[a]):
-                    raise DPMarginalsError(
-                        f"column {a!r} must hold integer codes, got {sub[a].dtype}")
-            return cls(sub.to_numpy(), dom, name=name)
-        _refuse_missing(frame)
-        columns, sizes, labels = [], [], {}
-        for a in frame.columns:
-            col = frame[a]
-            if pd.api.types.is_integer_dtype(col) and not pd.api.types.is_bool_dtype(col):
-                if len(col) and col.min() < 0:
-                    raise DPMarginalsError(
-                        f"column {a!r} has negative value {int(col.min())}; give a domain or labels"
-                    )
-                columns.append(col.to_numpy(np.int64))
-                sizes.append(int(col.max()) + 1 if len(col) else 1)
-            else:
-                codes, uniques = pd.factorize(col, sort=True)
-                columns.append(codes.astype(np.int64))
-                sizes.append(max(len(uniques), 1))
-                labels[str(a)] = [str(u) for u in uniques]
-        dom = Domain(tuple(str(c) for c in frame.columns), tuple(sizes))
-        codes = np.column_stack(columns) if columns else np.zeros((len(frame), 0), np.int64)
-        return cls(codes, dom, labels, name)
-
-    @classmethod
-    def from_csv(
-        cls, csv: str | Path, domain_json: str | Path | Mapping | Domain | None = None
-    ) -> Dataset:
-        """Read a CSV (plain or compressed) and its domain JSON.
-
-        The domain may be private-pgm style ``{"attr": size}`` or the PrivMRF style
-        ``{"0": {"domain": 2}}``; its keys must name the CSV's columns.
-        """
-        path = Path(csv)
-        if not path.exists():
-            raise DPMarginalsError(f"data file not found: {str(csv)!r}")
-        try:
-            frame = pd.read_csv(path)
-        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-            raise DPMarginalsError(f"cannot parse CSV {str(csv)!r}: {exc}") from None
-        frame.columns = [str(c) for c in frame.columns]
-        if domain_json is None:
-            return cls.from_frame(frame, name=path.stem)
-        return cls.from_frame(frame, _as_domain(domain_json), name=path.name.split(".")[0])
+        dom = domain_from_data(frame) if domain is None else _as_domain(domain)
+        return cls(encode_frame(frame, dom, extra_columns=extra_columns), dom, name=name)
 
     @classmethod
     def from_file(
-        cls, path: str | Path, domain_json: str | Path | Mapping | Domain | None = None
+        cls, path: str | Path, domain: str | Path | Mapping | Domain | None = None, *,
+        extra_columns: str = "error",
     ) -> Dataset:
-        """A CSV (plain or compressed) or Parquet file, with an optional domain JSON."""
+        """A CSV (plain or compressed) or Parquet file of the user's values over a domain.
+
+        The domain JSON may be private-pgm style ``{"attr": size}``, labelled
+        ``{"attr": ["a", "b"]}``, binned ``{"attr": {"bins": [0, 18, 65]}}`` or PrivMRF
+        style ``{"0": {"domain": 2}}``; its keys must name the file's columns.  Labelled
+        columns are read as text, so "007" stays "007".
+        """
         path = Path(path)
-        if path.suffix.lower() not in (".parquet", ".pq"):
-            return cls.from_csv(path, domain_json)
+        if path.is_dir():
+            raise DPMarginalsError(f"{str(path)!r} is a directory, not a data file")
         if not path.exists():
             raise DPMarginalsError(f"data file not found: {str(path)!r}")
-        try:
-            frame = pd.read_parquet(path)
-        except Exception as exc:  # pyarrow raises several types for a bad file
-            raise DPMarginalsError(f"cannot read Parquet file {str(path)!r}: {exc}") from None
+        dom = None if domain is None else _as_domain(domain)
+        if path.suffix.lower() in (".parquet", ".pq"):
+            try:
+                frame = pd.read_parquet(path)
+            except Exception as exc:  # pyarrow raises several types for a bad file
+                raise DPMarginalsError(f"cannot read Parquet file {str(path)!r}: {exc}") from None
+        else:
+            text = {} if dom is None else {
+                a: "string" for a, lab in zip(dom.attributes, dom.labels, strict=True)
+                if lab is not None and lab.bins is None}
+            try:
+                frame = pd.read_csv(path, dtype=text or None)
+            except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError,
+                    OSError) as exc:
+                raise DPMarginalsError(f"cannot parse CSV {str(path)!r}: {exc}") from None
         frame.columns = [str(c) for c in frame.columns]
-        dom = None if domain_json is None else _as_domain(domain_json)
-        return cls.from_frame(frame, dom, name=path.stem)
+        return cls.from_frame(frame, dom, name=path.name.split(".")[0],
+                              extra_columns=extra_columns)
+
+    from_csv = from_file
 
     def to_csv(self, path: str | Path, domain_path: str | Path | None = None) -> None:
         self.to_frame().to_csv(path, index=False)
         if domain_path is not None:
             self.domain.save(domain_path)
-
-
-def _refuse_missing(frame: pd.DataFrame) -> None:
-    missing = frame.isna().any()
-    if missing.any():
-        col = str(missing[missing].index[0])
-        row = int(np.flatnonzero(frame[col].isna().to_numpy())[0])
-        raise DPMarginalsError(f"column {col!r} has a missing value (row {row})")
 
 
 def _as_domain(spec: str | Path | Mapping | Domain) -> Domain:

@@ -1,6 +1,8 @@
-"""Domain: the ordered attributes of a data set and the number of values of each.
+"""Domain: the ordered attributes of a data set, the number of values of each, their labels.
 
-Values are integers ``0..size-1``.  Modelled on private-pgm's ``mbi.Domain``.
+Values are integers ``0..size-1``.  Modelled on private-pgm's ``mbi.Domain``, plus the
+public names of the values (:class:`Labels`) so that every answer can show the user's own
+values.  The domain is public: it is declared, never read off private data silently.
 """
 
 from __future__ import annotations
@@ -8,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,91 @@ import numpy as np
 
 from .errors import DPMarginalsError
 
-__all__ = ["Domain"]
+__all__ = ["Domain", "Labels"]
+
+OTHER = "other"
+"""The default name of a declared catch-all value (``"other": true`` in a domain JSON)."""
+
+
+@dataclass(frozen=True)
+class Labels:
+    """The public names of one attribute's values, code ``i`` named ``names[i]``.
+
+    ``bins`` (numeric columns): code ``i`` holds ``bins[i] <= x < bins[i+1]``, the last bin
+    closed on the right, as :func:`numpy.histogram`.  ``other``: the last name is a declared
+    catch-all that takes every value not listed (or outside the bins).
+
+    >>> Labels.from_spec("age", {"bins": [0, 18, 65, 120]}).names
+    ('[0, 18)', '[18, 65)', '[65, 120]')
+    >>> Labels.from_spec("color", {"labels": ["red", "blue"], "other": True}).names
+    ('red', 'blue', 'other')
+    """
+
+    names: tuple[str, ...]
+    bins: tuple[float, ...] | None = None
+    other: bool = False
+
+    def __post_init__(self) -> None:
+        if len(set(self.names)) != len(self.names):
+            dup = sorted({n for n in self.names if self.names.count(n) > 1})
+            raise DPMarginalsError(f"value labels repeat: {dup}")
+        if self.bins is not None and len(self.bins) - 1 + self.other != len(self.names):
+            raise DPMarginalsError(f"{len(self.bins)} bin edges need "
+                                   f"{len(self.bins) - 1 + self.other} labels, "
+                                   f"got {len(self.names)}")
+
+    @classmethod
+    def from_spec(cls, attr: str, spec: Any) -> Labels:
+        """From a list of names, or ``{"labels": [...], "bins": [...], "other": bool|str}``."""
+        if isinstance(spec, list | tuple):
+            spec = {"labels": spec}
+        bins = spec.get("bins")
+        names = spec.get("labels")
+        if bins is not None:
+            edges = _edges(attr, bins)
+            if names is None:
+                names = [f"[{a:g}, {b:g})" for a, b in zip(edges[:-1], edges[1:], strict=True)]
+                names[-1] = names[-1][:-1] + "]"
+            bins = edges
+        if not isinstance(names, list | tuple) or not names:
+            raise DPMarginalsError(f"attribute {attr!r}: labels must be a non-empty list, "
+                                   f"got {names!r}")
+        names = [_label(attr, x) for x in names]
+        other = spec.get("other", False)
+        if other:
+            names.append(OTHER if other is True else _label(attr, other))
+        return cls(tuple(names), bins, bool(other))
+
+    def to_spec(self) -> list[str] | dict[str, Any]:
+        """The JSON form :meth:`from_spec` reads back (a plain list when that says it all)."""
+        listed = list(self.names[:-1] if self.other else self.names)
+        if self.bins is None and not self.other:
+            return listed
+        out: dict[str, Any] = {"labels": listed}
+        if self.bins is not None:
+            out["bins"] = list(self.bins)
+        if self.other:
+            out["other"] = self.names[-1]
+        return out
+
+
+def _edges(attr: str, bins: Any) -> tuple[float, ...]:
+    try:
+        edges = tuple(float(b) for b in bins)
+    except (TypeError, ValueError):
+        raise DPMarginalsError(f"attribute {attr!r}: bins must be numbers, got {bins!r}") from None
+    ok = len(edges) >= 2 and all(math.isfinite(e) for e in edges)
+    if not ok or any(b <= a for a, b in zip(edges[:-1], edges[1:], strict=True)):
+        raise DPMarginalsError(f"attribute {attr!r}: bins must be at least 2 finite, strictly "
+                               f"increasing edges, got {list(bins)!r}")
+    return edges
+
+
+def _label(attr: str, value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise DPMarginalsError(f"attribute {attr!r}: a value label must be a string or a "
+                               f"number, got {value!r}")
+    return str(value)
 
 
 @dataclass(frozen=True)
@@ -32,6 +118,8 @@ class Domain:
 
     attributes: tuple[str, ...]
     sizes: tuple[int, ...]
+    labels: tuple[Labels | None, ...] = field(default=(), repr=False)
+    """Per attribute, the public names of its values, or None (integer codes)."""
 
     def __post_init__(self) -> None:
         attrs = tuple(str(a) for a in self.attributes)
@@ -49,30 +137,53 @@ class Domain:
         for a, s in zip(attrs, sizes, strict=True):
             if s < 1:
                 raise DPMarginalsError(f"attribute {a!r} must have size >= 1, got {s}")
+        labels = tuple(self.labels) or (None,) * len(attrs)
+        if len(labels) != len(attrs):
+            raise DPMarginalsError(f"domain has {len(attrs)} attributes but {len(labels)} "
+                                   "label entries")
+        for a, s, lab in zip(attrs, sizes, labels, strict=True):
+            if lab is not None and len(lab.names) != s:
+                raise DPMarginalsError(f"attribute {a!r} has size {s} but {len(lab.names)} "
+                                       f"labels {list(lab.names)[:10]}")
         object.__setattr__(self, "attributes", attrs)
         object.__setattr__(self, "sizes", sizes)
+        object.__setattr__(self, "labels", labels)
 
     # -- construction -------------------------------------------------------------
     @classmethod
     def from_dict(cls, spec: Mapping[str, Any]) -> Domain:
-        """From ``{"attr": size}`` (private-pgm) or ``{"0": {"domain": size, ...}}`` (PrivMRF)."""
+        """From a domain JSON object, one entry per attribute, in any of these forms:
+
+        ``"a": 3`` (private-pgm: a size, values are codes 0..2); ``"a": ["x", "y"]``
+        (labelled values); ``"a": {"bins": [0, 18, 65, 120]}`` (a numeric column cut into
+        bins, with optional ``"labels"``); ``"other": true`` or ``"other": "name"`` adds a
+        catch-all value for anything not listed; ``"a": {"domain": 3}`` (PrivMRF).
+
+        >>> Domain.from_dict({"sex": ["f", "m"], "age": {"bins": [0, 40, 99]}, "n": 3}).sizes
+        (2, 2, 3)
+        """
         if not isinstance(spec, Mapping) or not spec:
             raise DPMarginalsError("domain JSON must be a non-empty object {attribute: size}")
-        attrs, sizes = [], []
+        attrs, sizes, labels = [], [], []
         for name, value in spec.items():
-            if isinstance(value, Mapping):
-                if "domain" not in value:
-                    raise DPMarginalsError(
-                        f"domain entry {name!r} is an object without a 'domain' size: {value!r}"
-                    )
-                value = value["domain"]
+            lab = None
+            if isinstance(value, Mapping) and not {"labels", "bins"} & set(value):
+                known = {"domain", "size"} & set(value)
+                if not known:
+                    raise DPMarginalsError(f"domain entry {name!r} needs a size ('domain' or "
+                                           f"'size'), 'labels' or 'bins': {value!r}")
+                value = value[known.pop()]
+            elif isinstance(value, Mapping | list | tuple):
+                lab = Labels.from_spec(str(name), value)
+                value = len(lab.names)
             if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
                 raise DPMarginalsError(
                     f"domain size of attribute {name!r} must be an integer, got {value!r}"
                 )
             attrs.append(str(name))
             sizes.append(int(value))
-        return cls(tuple(attrs), tuple(sizes))
+            labels.append(lab)
+        return cls(tuple(attrs), tuple(sizes), tuple(labels))
 
     @classmethod
     def load(cls, path: str | Path) -> Domain:
@@ -88,9 +199,22 @@ class Domain:
             raise DPMarginalsError(f"domain file {str(path)!r} is not valid JSON: {exc}") from None
         return cls.from_dict(spec)
 
-    def to_dict(self) -> dict[str, int]:
-        """private-pgm style ``{"attr": size}``."""
-        return dict(zip(self.attributes, self.sizes, strict=True))
+    def to_dict(self) -> dict[str, Any]:
+        """private-pgm style ``{"attr": size}``, with the labelled forms where labels exist."""
+        return {a: s if lab is None else lab.to_spec()
+                for a, s, lab in zip(self.attributes, self.sizes, self.labels, strict=True)}
+
+    def with_labels(self, labels: Mapping[str, Sequence[Any]]) -> Domain:
+        """The same domain with value names for the attributes in ``labels``."""
+        new = list(self.labels)
+        for a, names in labels.items():
+            new[self.index(a)] = Labels(tuple(str(x) for x in names))
+        return Domain(self.attributes, self.sizes, tuple(new))
+
+    def labels_of(self, attr: str) -> tuple[str, ...] | None:
+        """The names of ``attr``'s values, or None where its values are plain codes."""
+        lab = self.labels[self.index(attr)]
+        return None if lab is None else lab.names
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1))
@@ -133,7 +257,9 @@ class Domain:
         attrs = tuple(attrs)
         if len(set(attrs)) != len(attrs):
             raise DPMarginalsError(f"attributes repeat in {list(attrs)}")
-        return Domain(attrs, tuple(self.size(a) for a in attrs))
+        idx = self.indices(attrs)
+        return Domain(attrs, tuple(self.sizes[i] for i in idx),
+                      tuple(self.labels[i] for i in idx))
 
     def is_binary(self) -> bool:
         return all(s == 2 for s in self.sizes)
@@ -162,8 +288,9 @@ class Domain:
         for j, (a, s) in enumerate(zip(self.attributes, self.sizes, strict=True)):
             bad = (cols[:, j] < 0) | (cols[:, j] >= s)
             if bad.any():
+                row = int(np.flatnonzero(bad)[0])
                 raise DPMarginalsError(
-                    f"value {int(cols[bad, j][0])} of attribute {a!r} "
+                    f"value {cols[row, j]} of attribute {a!r} (row {row}) "
                     f"is out of its domain 0..{s - 1}"
                 )
 

@@ -53,3 +53,7 @@ def check_choice(value: object, field_name: str, choices: Sequence[str]) -> str:
     if value not in choices:
         raise DPMarginalsError(f"{field_name} must be one of {list(choices)}, got {value!r}")
     return str(value)
+
+
+class PrivacyLeakWarning(UserWarning):
+    """Something about to be published was read off the private data (as diffprivlib warns)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 from abc import ABC, abstractmethod
@@ -14,9 +15,11 @@ import numpy as np
 
 from .domain import Domain
 from .errors import DPMarginalsError
+from .provenance import NOT_RELEASED, Provenance, warn_if_not_private
 from .table import MarginalTable
 
-__all__ = ["Synopsis", "UniformSynopsis", "ViewSynopsis", "load_synopsis", "synopsis_from_dict"]
+__all__ = ["Synopsis", "UniformSynopsis", "ViewSynopsis", "load_synopsis", "maximal_overlaps",
+           "synopsis_from_dict"]
 
 _FORMAT = "dpmarginals.synopsis"
 _KINDS: dict[str, type[Synopsis]] = {}
@@ -40,21 +43,48 @@ def check_query(domain: Domain, attrs: Sequence[str]) -> tuple[str, ...]:
     return attrs
 
 
+def maximal_overlaps(measured: Sequence[Sequence[str]],
+                     attrs: Sequence[str]) -> tuple[tuple[str, ...], ...]:
+    """The largest parts of ``attrs`` that one measured set holds, in the query's order.
+
+    >>> maximal_overlaps([("a", "b", "c"), ("b", "d"), ("c",)], ["d", "c", "b"])
+    (('d', 'b'), ('c', 'b'))
+    """
+    parts = {frozenset(attrs) & frozenset(m) for m in measured} - {frozenset()}
+    keep = [p for p in parts if not any(p < q for q in parts)]
+    ordered = [tuple(a for a in attrs if a in p) for p in keep]
+    return tuple(sorted(ordered, key=lambda t: (-len(t), [attrs.index(a) for a in t])))
+
+
 class Synopsis(ABC):
-    """A released, privacy-safe summary that answers marginal queries."""
+    """A released summary that answers marginal queries.
+
+    ``provenance`` is its privacy mark (:mod:`dpmarginals.provenance`): None until a
+    release path sets it, and a synopsis without it is saved as not private.  Every
+    answer says which attribute sets of the query were measured
+    (:attr:`MarginalTable.measured`, from :meth:`measured_sets`).
+    """
 
     kind: ClassVar[str]
     domain: Domain
     method: str
+    provenance: Provenance | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "kind" in cls.__dict__:
             _KINDS[cls.kind] = cls
+        if "marginal" in cls.__dict__:  # every answer carries what was measured
+            cls.marginal = _with_measured(cls.__dict__["marginal"])  # type: ignore[method-assign]
 
     @abstractmethod
     def marginal(self, attrs: Sequence[str]) -> MarginalTable:
         """The estimated marginal over ``attrs`` (in the order given)."""
+
+    def measured_sets(self, attrs: Sequence[str]) -> tuple[tuple[str, ...], ...]:
+        """The largest parts of ``attrs`` some report measured jointly.  Default: the
+        whole query (methods whose reports cover every attribute, e.g. FC, FT, EM)."""
+        return (tuple(attrs),)
 
     @abstractmethod
     def _payload(self) -> dict[str, Any]: ...
@@ -63,21 +93,46 @@ class Synopsis(ABC):
     @abstractmethod
     def _from_payload(cls, domain: Domain, method: str, payload: Mapping[str, Any]) -> Synopsis: ...
 
+    @property
+    def privacy(self) -> Provenance:
+        """The privacy mark as saved: ``provenance``, or "not private" when unset."""
+        if self.provenance is not None:
+            return self.provenance
+        return Provenance.simulation(self.method, "unknown", None, NOT_RELEASED,
+                                     randomness="unknown", unit="unknown")
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON-serialisable form that :func:`synopsis_from_dict` reads back."""
         return {"format": _FORMAT, "version": 1, "kind": self.kind, "method": self.method,
-                "domain": self.domain.to_dict(), **self._payload()}
+                "privacy": self.privacy.to_dict(), "domain": self.domain.to_dict(),
+                **self._payload()}
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict()))
+        try:
+            Path(path).write_text(json.dumps(self.to_dict()))
+        except OSError as exc:
+            raise DPMarginalsError(f"cannot write {str(path)!r}: "
+                                   f"{exc.strerror or exc}") from None
 
     @staticmethod
     def load(path: str | Path) -> Synopsis:
         return load_synopsis(path)
 
 
+def _with_measured(marginal: Any) -> Any:
+    @functools.wraps(marginal)
+    def tagged(self: Synopsis, attrs: Sequence[str], *args: Any, **kwargs: Any) -> MarginalTable:
+        table = marginal(self, attrs, *args, **kwargs)
+        if table.measured is not None:
+            return table
+        return table.replace(measured=self.measured_sets(table.attributes),
+                             domain=self.domain.project(table.attributes))
+
+    return tagged
+
+
 def load_synopsis(path: str | Path) -> Synopsis:
-    """Read a synopsis written by :meth:`Synopsis.save`."""
+    """Read a synopsis written by :meth:`Synopsis.save`; warns if it is not private."""
     try:
         body = json.loads(Path(path).read_text())
     except OSError as exc:
@@ -86,7 +141,9 @@ def load_synopsis(path: str | Path) -> Synopsis:
         raise DPMarginalsError(f"synopsis {str(path)!r} is not valid JSON: {exc}") from None
     if not isinstance(body, dict) or body.get("format") != _FORMAT:
         raise DPMarginalsError(f"{str(path)!r} is not a dpmarginals synopsis")
-    return synopsis_from_dict(body)
+    synopsis = synopsis_from_dict(body)
+    warn_if_not_private(synopsis.privacy, str(path))
+    return synopsis
 
 
 def synopsis_from_dict(body: Mapping[str, Any]) -> Synopsis:
@@ -96,7 +153,11 @@ def synopsis_from_dict(body: Mapping[str, Any]) -> Synopsis:
     if kind not in _KINDS:
         raise DPMarginalsError(f"synopsis kind {kind!r} is unknown; known: {sorted(_KINDS)}")
     try:
-        return _KINDS[kind]._from_payload(Domain.from_dict(body["domain"]), body["method"], body)
+        synopsis = _KINDS[kind]._from_payload(Domain.from_dict(body["domain"]), body["method"],
+                                              body)
+        if isinstance(body.get("privacy"), Mapping):
+            synopsis.provenance = Provenance.from_dict(body["privacy"])
+        return synopsis
     except (KeyError, TypeError, ValueError) as exc:
         if isinstance(exc, DPMarginalsError):
             raise
@@ -134,6 +195,9 @@ class ViewSynopsis(Synopsis):
         errors, _ = standard_errors(self, attrs, table)
         return MarginalTable(self.domain.project(attrs), table, errors)
 
+    def measured_sets(self, attrs: Sequence[str]) -> tuple[tuple[str, ...], ...]:
+        return maximal_overlaps([a for a, _ in self.views], attrs)
+
     def _payload(self) -> dict[str, Any]:
         return {"info": self.info,
                 "views": [{"attributes": list(a), "values": t.ravel().tolist()}
@@ -159,6 +223,9 @@ class UniformSynopsis(Synopsis):
 
     def marginal(self, attrs: Sequence[str]) -> MarginalTable:
         return MarginalTable.uniform(self.domain.project(check_query(self.domain, attrs)))
+
+    def measured_sets(self, attrs: Sequence[str]) -> tuple[tuple[str, ...], ...]:
+        return ()  # nothing is measured
 
     def _payload(self) -> dict[str, Any]:
         return {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,6 +22,9 @@ class MarginalTable:
     ``values`` has shape ``domain.shape``.  Released tables sum to 1 (within 1e-6);
     unbiased intermediate estimates may not, so the check is opt-in via
     :meth:`validated`.  ``std`` (same shape, optional) is a per-cell standard error.
+    ``measured`` (set by every synopsis): the largest attribute sets of the query that some
+    report measured jointly; the table is *reconstructed* (by a model, e.g. maximum
+    entropy) unless one of them is the whole query.  None: not a release (exact data).
 
     >>> t = MarginalTable(Domain(("a", "b"), (2, 2)), np.array([[0.1, 0.2], [0.3, 0.4]]))
     >>> t.project(["b"]).values
@@ -30,6 +34,7 @@ class MarginalTable:
     domain: Domain
     values: np.ndarray
     std: np.ndarray | None = field(default=None)
+    measured: tuple[tuple[str, ...], ...] | None = field(default=None)
 
     def __post_init__(self) -> None:
         vals = np.asarray(self.values, dtype=np.float64)
@@ -47,6 +52,27 @@ class MarginalTable:
     @property
     def attributes(self) -> tuple[str, ...]:
         return self.domain.attributes
+
+    @property
+    def reconstructed(self) -> bool | None:
+        """True when no report measured the query's attributes together (None: unknown)."""
+        if self.measured is None:
+            return None
+        return not any(set(m) == set(self.attributes) for m in self.measured)
+
+    def describe_basis(self) -> str | None:
+        """One line saying whether the table was measured or reconstructed, or None."""
+        if self.measured is None:
+            return None
+        if not self.reconstructed:
+            return f"measured: {', '.join(self.attributes)} were reported together"
+        sets = "; ".join(", ".join(m) for m in self.measured) or "nothing"
+        return ("reconstructed by a model (maximum entropy or a graphical model): no report "
+                f"measured {', '.join(self.attributes)} together; measured: {sets}")
+
+    def replace(self, **changes: object) -> MarginalTable:
+        """A copy with some fields changed (the table is frozen)."""
+        return dataclasses.replace(self, **changes)
 
     def validated(self, tol: float = 1e-6) -> MarginalTable:
         """Return self after checking the fractions are non-negative and sum to 1."""
@@ -77,6 +103,10 @@ class MarginalTable:
         """
         grid = np.indices(self.domain.shape).reshape(len(self.domain), -1).T
         frame = pd.DataFrame(grid, columns=list(self.attributes))
+        for j, a in enumerate(self.attributes):
+            names = self.domain.labels[j]
+            if names is not None:  # the user's own values, as the categories they came in
+                frame[a] = pd.Categorical.from_codes(grid[:, j], categories=list(names.names))
         frame[value_name] = self.values.ravel()
         if self.std is not None:
             frame["std"] = self.std.ravel()
@@ -93,18 +123,29 @@ class MarginalTable:
         return float(0.5 * np.abs(self.values - other.values).sum())
 
     def to_dict(self) -> dict:
-        out = {"attributes": list(self.attributes), "sizes": list(self.domain.sizes),
-               "values": self.values.ravel().tolist()}
+        out: dict = {"attributes": list(self.attributes), "sizes": list(self.domain.sizes),
+                     "values": self.values.ravel().tolist()}
+        labels = {a: list(lab.names) for a, lab in zip(self.attributes, self.domain.labels,
+                                                       strict=True) if lab is not None}
+        if labels:
+            out["labels"] = labels
         if self.std is not None:
             out["std"] = self.std.ravel().tolist()
+        if self.measured is not None:
+            out["measured"] = [list(m) for m in self.measured]
+            out["reconstructed"] = self.reconstructed
         return out
 
     @classmethod
     def from_dict(cls, spec: dict) -> MarginalTable:
         dom = Domain(tuple(spec["attributes"]), tuple(spec["sizes"]))
+        if spec.get("labels"):
+            dom = dom.with_labels(spec["labels"])
         std = spec.get("std")
+        measured = spec.get("measured")
         return cls(dom, np.asarray(spec["values"]).reshape(dom.shape),
-                   None if std is None else np.asarray(std).reshape(dom.shape))
+                   None if std is None else np.asarray(std).reshape(dom.shape),
+                   None if measured is None else tuple(tuple(m) for m in measured))
 
     @classmethod
     def uniform(cls, domain: Domain) -> MarginalTable:

@@ -27,7 +27,7 @@ from ..errors import DPMarginalsError, check_positive_int
 from ..inference.pgm import KEEP, GraphicalModel, NoisyMarginal, pgm_estimate, require_mbi
 from ..plan import Plan
 from ..randomness import RNGLike
-from ..synopsis import Synopsis, check_query
+from ..synopsis import Synopsis, check_query, maximal_overlaps
 from ..table import MarginalTable
 from .calm import CALM
 
@@ -62,6 +62,10 @@ class PGMSynopsis(Synopsis):
 
         errors, _ = standard_errors(self, attrs, table)
         return MarginalTable(self.domain.project(attrs), table, errors)
+
+    def measured_sets(self, attrs: Sequence[str]) -> tuple[tuple[str, ...], ...]:
+        groups = self.info.get("groups") or []
+        return maximal_overlaps([g["attributes"] for g in groups], attrs)
 
     def refit(self, views: Sequence[NoisyMarginal], *, iters: int = REFIT_ITERS) -> PGMSynopsis:
         """The same inference on other views, warm-started here with the same cliques."""
