@@ -34,7 +34,7 @@ from ..plan import Plan
 from ..randomness import RNGLike
 from ..synopsis import Synopsis
 from ..table import MarginalTable
-from .direct import bits_for
+from .direct import bits_for, collection_output_distribution, every_record
 
 __all__ = ["BE", "BinaryEncoding", "EncodedSynopsis"]
 
@@ -220,3 +220,12 @@ class BE:
         info = {**getattr(inner, "info", {}), "plan_hash": plan.hash,
                 **{k: v for k, v in plan.params.items() if k != "encoded_from"}}
         return EncodedSynopsis(data.domain, inner, self.name, info)
+
+    def output_distribution(self, domain: Domain, n: int) -> np.ndarray:
+        """P[(group, report) | record] for every record of ``domain`` (rows: cells in C
+        order) with ``n`` users: she encodes her record (CALM §5.3) and reports it as in
+        CALM's collection (§4.2) of :meth:`plan`, i.e.
+        :func:`~dpmarginals.local.direct.collection_output_distribution` of the encoding."""
+        enc = BinaryEncoding(domain)
+        return collection_output_distribution(self.plan(domain, n),
+                                              enc.encode(every_record(domain)))

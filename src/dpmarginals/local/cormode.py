@@ -35,9 +35,8 @@ from ..dataset import Dataset
 from ..domain import Domain
 from ..errors import DPMarginalsError, check_epsilon
 from ..oracles import fwht
-from ..oracles._base import parity
 from ..plan import Plan
-from ..randomness import RNGLike, client_rng, simulation_rng
+from ..randomness import RandomSource, RNGLike, client_rng, simulation_rng
 from .binary_encoding import BE, BinaryEncoding
 from .direct import (
     AM,
@@ -49,12 +48,14 @@ from .direct import (
     check_choice,
     check_k,
     check_positive_int,
+    every_record,
     human_bytes,
 )
 from .em import EM, InpEM
-from .fourier import FT, InpHT, MargHT, _rr_signs, rr_keep
+from .fourier import FT, InpHT, MargHT, ht_output_distribution, ht_reports, rr_keep
 
-__all__ = ["BASELINES", "InpHTCMS", "InpOLH", "InpPS", "InpRR", "MargPS", "MargRR"]
+__all__ = ["BASELINES", "InpHTCMS", "InpOLH", "InpPS", "InpRR", "MargPS", "MargRR",
+           "cms_reports"]
 
 HASH_PRIME = (1 << 31) - 1
 
@@ -155,6 +156,18 @@ def sketch_hashes(seed: int, g: int, w: int, cells: int) -> np.ndarray:
     return t % w
 
 
+def cms_reports(cells: np.ndarray, hashes: np.ndarray, w: int, p: float,
+                src: RandomSource) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each user's report (j, l, b) of Apple's Hadamard count-mean sketch (Cormode et al.
+    B.2): j uniform in [g], l uniform in [w], b = H_w[l, h_j(cell)] through eps-RR.
+
+    ``hashes`` (g, cells) is :func:`sketch_hashes`; b = (-1)^{popcount(l & h_j(cell))}."""
+    n = cells.size
+    j = np.asarray(src.integers(0, hashes.shape[0], size=n), dtype=np.int64)
+    col = np.asarray(src.integers(0, w, size=n), dtype=np.int64)
+    return j, col, ht_reports(hashes[j, cells], col, p, src)
+
+
 @dataclass
 class InpHTCMS:
     """Apple's private Hadamard count-mean sketch on the full input (Cormode et al. B.2).
@@ -220,9 +233,7 @@ class InpHTCMS:
         cells = data.domain.cells()
         hashes = sketch_hashes(seed, self.g, self.w, cells)
         x = data.cell_indices(data.domain.attributes)
-        j = np.asarray(src.integers(0, self.g, size=data.n), dtype=np.int64)
-        col = np.asarray(src.integers(0, self.w, size=data.n), dtype=np.int64)
-        signs = _rr_signs(parity(col & hashes[j, x]), p, src)
+        j, col, signs = cms_reports(x, hashes, self.w, p, src)
         sums = np.bincount(j * self.w + col, weights=signs,
                            minlength=self.g * self.w).reshape(self.g, self.w)
         sketch = fwht(sums) * (self.g / (2 * p - 1))  # M[j, c]
@@ -230,6 +241,17 @@ class InpHTCMS:
         table = (est / data.n - coll) / (1 - coll)
         info = {"plan_hash": plan.hash, **plan.params}
         return FullTableSynopsis(data.domain, table, self.name, info, self.postprocess)
+
+    def output_distribution(self, domain: Domain, hash_seed: int | None = None) -> np.ndarray:
+        """P[(j, l, b) | record] of :func:`cms_reports` for every record of ``domain`` (rows:
+        cells in C order; column (j w + l) 2 + (b == -1)), with the hashes of ``hash_seed``
+        (default: the method's, else 0, as :meth:`plan`)."""
+        plan = self.plan(domain, 1, hash_seed=hash_seed)
+        cells = every_record(domain).cell_indices(domain.attributes)
+        hashes = sketch_hashes(plan.params["hash_seed"], self.g, self.w, domain.cells())
+        cols = np.arange(self.w, dtype=np.int64)
+        blocks = [ht_output_distribution(h[cells], cols, plan.params["p"]) for h in hashes]
+        return np.concatenate(blocks, axis=1) / self.g
 
 
 def _priview(**params: Any) -> Any:

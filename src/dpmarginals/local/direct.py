@@ -58,6 +58,8 @@ __all__ = [
     "MarginalsSynopsis",
     "bits_for",
     "check_k",
+    "collection_output_distribution",
+    "every_record",
     "human_bytes",
 ]
 
@@ -83,6 +85,30 @@ def human_bytes(nbytes: float) -> str:
             return f"{value:.1f} {unit}"
         value /= 1000
     return f"{value:.1f} PB"
+
+
+def every_record(domain: Domain) -> Dataset:
+    """All |D| records of ``domain``, row i the record of cell i (C order): the inputs an
+    exact privacy check enumerates (small domains only)."""
+    values = np.asarray(domain.values_of(np.arange(domain.cells())), dtype=np.int64)
+    return Dataset(values.reshape(-1, len(domain)), domain)
+
+
+def collection_output_distribution(plan: Plan, records: Dataset) -> np.ndarray:
+    """P[(group, report) | record] for one user of the collection spine (CALM §4.2; FC, AM:
+    CALM §3.3-3.4): rows ``records``, columns each group's oracle outputs, groups in plan order.
+
+    As in :func:`~dpmarginals.local.collect.group_supports`, the user's group comes from a
+    random partition independent of her record (weight 1/m here: its marginal when m divides
+    n; the weights cancel in every privacy ratio) and she reports her cell of the group's
+    marginal through the group's oracle, so block g is ``oracle.output_distribution(cell)/m``.
+    """
+    blocks = []
+    for spec in plan.groups:
+        oracle = make_oracle(spec.oracle, spec.epsilon, spec.cells)
+        cells = records.cell_indices(spec.attributes)
+        blocks.append(np.stack([oracle.output_distribution(int(c)) for c in cells]))
+    return np.concatenate(blocks, axis=1) / plan.m
 
 
 def apply_postprocess(table: np.ndarray, how: str) -> np.ndarray:

@@ -53,11 +53,12 @@ from ..dataset import Dataset
 from ..domain import Domain
 from ..errors import DPMarginalsError, check_choice, check_epsilon, check_k, check_positive_int
 from ..inference import norm_sub
-from ..oracles import adaptive_oracle, make_oracle
+from ..oracles import FrequencyOracle, adaptive_oracle, make_oracle
 from ..plan import Plan
-from ..randomness import RandomSource, RNGLike, client_rng
+from ..randomness import RNGLike, client_rng
 from ..synopsis import Synopsis
 from ..table import MarginalTable
+from .direct import every_record
 
 __all__ = ["EM", "EMDiagnostics", "EMFailureWarning", "EMSynopsis", "InpEM", "em_marginal"]
 
@@ -87,21 +88,18 @@ class EMDiagnostics:
 
 
 def _attribute_reports(
-    values: np.ndarray, size: int, name: str, epsilon: float, src: RandomSource
+    reports: np.ndarray | None, oracle: FrequencyOracle | None, n: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One attribute's per-user reports as (class ids, likelihood matrix, score matrix).
 
     Class r has likelihood ``lik[r, x]`` (up to a factor independent of x) and unbiased
     indicator ``score[r, x]`` (E[score[class, x]] = 1[value = x]).
     """
-    n = values.size
-    if size < 2:
+    if oracle is None or reports is None:
         return np.zeros(n, np.int64), np.ones((1, 1)), np.ones((1, 1))
-    oracle = make_oracle(name, epsilon, size)
     p, q = oracle.p, oracle.q
-    reports = oracle.perturb(values, rng=src)
-    if name == "grr":
-        eye = np.eye(size)
+    if oracle.name == "grr":
+        eye = np.eye(oracle.size)
         return np.asarray(reports, np.int64), q + (p - q) * eye, (eye - q) / (p - q)
     bits = oracle.unpack(reports)  # type: ignore[attr-defined]
     patterns, classes = np.unique(bits, axis=0, return_inverse=True)
@@ -319,6 +317,29 @@ class EM:
                 out.append(self.oracle)
         return out
 
+    def attribute_oracles(self, domain: Domain) -> list[FrequencyOracle | None]:
+        """Attribute j's oracle at eps/d (None for a single-valued attribute: no report)."""
+        eps = self.epsilon / len(domain)
+        return [None if name == "none" else make_oracle(name, eps, size)
+                for name, size in zip(self._oracles(domain), domain.sizes, strict=True)]
+
+    def randomize(self, data: Dataset, *, rng: RNGLike = None) -> list[np.ndarray | None]:
+        """Every user's report (CALM §3.6; Cormode et al. §4.4): attribute j through
+        :meth:`attribute_oracles`' oracle j (eps/d each, eps in all by composition); one
+        array of reports per attribute.  ``rng=None``: the OS CSPRNG."""
+        src = client_rng(rng)
+        return [None if o is None else o.perturb(data.codes[:, j].astype(np.int64), rng=src)
+                for j, o in enumerate(self.attribute_oracles(data.domain))]
+
+    def output_distribution(self, domain: Domain) -> np.ndarray:
+        """P[report | record] of :meth:`randomize` for every record of ``domain`` (rows:
+        cells in C order): the product over attributes of the oracles' output
+        distributions, columns in C order over the attributes' output indices."""
+        dists = [np.ones((size, 1)) if o is None
+                 else np.stack([o.output_distribution(v) for v in range(size)])
+                 for o, size in zip(self.attribute_oracles(domain), domain.sizes, strict=True)]
+        return _joint(dists, every_record(domain).codes.astype(np.int64))
+
     def plan(self, domain: Domain, n: int) -> Plan:
         d = len(domain)
         check_k(self.k, d)
@@ -336,13 +357,10 @@ class EM:
 
     def run(self, data: Dataset, *, rng: RNGLike = None) -> EMSynopsis:
         plan = self.plan(data.domain, data.n)
-        eps = plan.params["epsilon_per_attribute"]
-        src = client_rng(rng)  # OS entropy unless the simulation is seeded
+        reports = self.randomize(data, rng=rng)  # OS entropy unless the simulation is seeded
         columns, liks, scores = [], [], []
-        for j, (name, size) in enumerate(zip(plan.params["attribute_oracles"],
-                                             data.domain.sizes, strict=True)):
-            cls, lik, score = _attribute_reports(data.codes[:, j].astype(np.int64), size,
-                                                 name, eps, src)
+        for rep, oracle in zip(reports, self.attribute_oracles(data.domain), strict=True):
+            cls, lik, score = _attribute_reports(rep, oracle, data.n)
             columns.append(cls)
             liks.append(lik)
             scores.append(score)

@@ -62,10 +62,19 @@ from .direct import (
     check_k,
     check_positive_int,
     check_view_inference,
+    every_record,
     release_views,
 )
 
-__all__ = ["FT", "FourierSynopsis", "InpHT", "MargHT", "coefficient_masks"]
+__all__ = [
+    "FT",
+    "FourierSynopsis",
+    "InpHT",
+    "MargHT",
+    "coefficient_masks",
+    "ht_output_distribution",
+    "ht_reports",
+]
 
 SUPPORTS = ("bits", "attributes")
 
@@ -120,6 +129,23 @@ def _rr_signs(bits: np.ndarray, p: float, src: RandomSource) -> np.ndarray:
     """Randomized response on parity bits; returns the reported signs +-1 (float)."""
     flip = np.asarray(src.random(bits.size)) >= p
     return 1.0 - 2.0 * (bits ^ flip)
+
+
+def ht_reports(codes: np.ndarray, masks: np.ndarray, p: float, src: RandomSource) -> np.ndarray:
+    """Each user's report (Cormode et al. §4.2 Alg. 1; CALM §3.5): the sign of her assigned
+    coefficient, (-1)^{popcount(masks[u] & codes[u])}, kept w.p. p and flipped otherwise."""
+    return _rr_signs(parity(codes & masks), p, src)
+
+
+def ht_output_distribution(codes: np.ndarray, masks: np.ndarray, p: float) -> np.ndarray:
+    """The exact law of :func:`ht_reports` for a coefficient uniform over ``masks``.
+
+    Shape (len(codes), 2 len(masks)): P[(masks[i], b) | codes[x]] at column 2 i + (b == -1).
+    The coefficient comes from a random partition independent of the record (uniform
+    marginally), so only the sign depends on the record.
+    """
+    plus = np.where(parity(codes[:, None] & masks[None, :]) == 0, p, 1.0 - p)  # P[b = +1]
+    return np.stack([plus, 1.0 - plus], axis=2).reshape(codes.size, -1) / masks.size
 
 
 def _expected_sse_query(cells: int, b: int, per_coeff_users: float, p: float) -> float:
@@ -275,14 +301,21 @@ class InpHT:
         sim = simulation_rng(rng)
         src = client_rng(None) if (self.per_user and rng is None) else sim
         which = assign_groups(data.n, masks.size, rng=sim)
-        bits = parity(enc.encode_codes(data) & masks[which])
-        signs = _rr_signs(bits, plan.params["p"], src)
+        signs = ht_reports(enc.encode_codes(data), masks[which], plan.params["p"], src)
         counts = np.bincount(which, minlength=masks.size)
         sums = np.bincount(which, weights=signs, minlength=masks.size)
         values = sums / (counts * (2 * plan.params["p"] - 1))
         info = {"plan_hash": plan.hash, **plan.params}
         return FourierSynopsis(data.domain, masks, values, counts, self.name, info,
                                self.postprocess)
+
+    def output_distribution(self, domain: Domain) -> np.ndarray:
+        """P[(alpha, b) | record] for every record of ``domain`` (rows: cells in C order;
+        columns: :func:`ht_output_distribution` over the coefficient set T of :meth:`run`)."""
+        enc = BinaryEncoding(domain)
+        masks = coefficient_masks(enc, self.k, self.support)
+        return ht_output_distribution(enc.encode_codes(every_record(domain)), masks,
+                                      rr_keep(self.epsilon))
 
 
 @dataclass
@@ -372,7 +405,7 @@ class MargHT:
             if b:
                 local = _local_codes(codes[members], gbits)
                 alpha = assign_groups(members.size, (1 << b) - 1, rng=sim) + 1
-                signs = _rr_signs(parity(local & alpha), p, src)
+                signs = ht_reports(local, alpha, p, src)
                 counts = np.bincount(alpha, minlength=1 << b)
                 sums = np.bincount(alpha, weights=signs, minlength=1 << b)
                 coeffs[1:] = sums[1:] / (counts[1:] * (2 * p - 1))
@@ -381,3 +414,23 @@ class MargHT:
             views.append(NoisyView(spec.attributes, table, int(members.size), var))
         return release_views(data.domain, plan, views, self.name, self.postprocess,
                              self.inference)
+
+    def output_distribution(self, domain: Domain) -> np.ndarray:
+        """P[(marginal beta, alpha, b) | record] for every record of ``domain`` (rows: cells
+        in C order), Cormode et al. §4.3: beta uniform over the plan's C(d, k) marginals (a
+        random partition, independent of the record), alpha uniform over beta's 2^b - 1
+        non-constant coefficients, b as :func:`ht_reports` on her local code of beta's bits.
+        Columns: beta by beta in plan order, each block as :func:`ht_output_distribution`."""
+        enc = BinaryEncoding(domain)
+        codes = enc.encode_codes(every_record(domain))
+        plan = self.plan(domain, 2**40)  # the groups do not depend on n
+        p = plan.params["p"]
+        blocks = []
+        for spec in plan.groups:
+            gbits = enc.global_bits(spec.attributes)
+            if not gbits:  # single-valued attributes only: she sends no sign
+                blocks.append(np.ones((codes.size, 1)))
+                continue
+            alphas = np.arange(1, 1 << len(gbits), dtype=np.int64)
+            blocks.append(ht_output_distribution(_local_codes(codes, gbits), alphas, p))
+        return np.concatenate(blocks, axis=1) / plan.m

@@ -1,0 +1,270 @@
+"""Exact local-DP checks of every inline randomizer (issue #15, point 6).
+
+The frequency oracles have their own exact tests (``tests/test_oracles.py``).  Here: the
+randomizers the methods run inline -- FT/InpHT and MargHT (CALM §3.5; Cormode et al.
+§4.2-4.3), InpHTCMS (Cormode et al. B.2), EM/InpEM (CALM §3.6; Cormode et al. §4.4), BE
+(CALM §5.3) and, through the same function, the collection spine of CALM and AM (CALM §3.4,
+§4.2).  Each exposes its exact output distribution P[record, output]; we enumerate every
+record of small domains and check that rows sum to 1 and that
+max_{y, x, x'} P[y|x] / P[y|x'] <= e^eps, with equality where the mechanism is tight.
+
+Then each exposed distribution is compared with reports drawn from the real per-user code
+path (seeded, so deterministic).  Error budget: one chi-squared goodness-of-fit test per
+randomizer at p >= 1e-4, i.e. a correct randomizer fails with probability 1e-4 per test
+for a fresh seed (~6e-4 for the six tests).
+
+Finally every local method's ``per_user=True`` run with ``rng=None`` must randomize every
+record with the OS CSPRNG (:class:`~dpmarginals.randomness.SecureRandom`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from dpmarginals import Dataset, Domain
+from dpmarginals.local.binary_encoding import BE, BinaryEncoding
+from dpmarginals.local.calm import CALM
+from dpmarginals.local.collect import group_supports
+from dpmarginals.local.cormode import InpHTCMS, cms_reports, sketch_hashes
+from dpmarginals.local.direct import AM, collection_output_distribution, every_record
+from dpmarginals.local.em import EM, InpEM
+from dpmarginals.local.fourier import FT, InpHT, MargHT, coefficient_masks
+from dpmarginals.methods import available, make
+from dpmarginals.oracles import ORACLES, fwht
+from dpmarginals.randomness import SecureRandom
+
+BIN3 = Domain(("a", "b", "c"), (2, 2, 2))
+BIN4 = Domain(("a", "b", "c", "d"), (2, 2, 2, 2))
+MIXED = Domain(("a", "b"), (3, 2))
+MIXED3 = Domain(("a", "b", "c"), (3, 2, 2))
+N_PLAN = 100_000  # CALM-family plans depend on n; at 1e5 they cover every attribute here
+
+
+def _spine(method: Callable[..., object]) -> Callable[[float, Domain], np.ndarray]:
+    def dist(eps: float, dom: Domain) -> np.ndarray:
+        plan = method(epsilon=eps, k=2).plan(dom, N_PLAN)  # type: ignore[attr-defined]
+        return collection_output_distribution(plan, every_record(dom))
+
+    return dist
+
+
+# name -> P[record, output] for (epsilon, domain).  All are tight (max ratio == e^eps):
+# every pair of distinct records differs in some bit/attribute that some output reveals at
+# the full eps.  (Per pair the ratio can be smaller: e.g. MargHT/CALM outputs of marginals
+# that miss the differing attribute have ratio 1, and two cells colliding under all g
+# hashes of InpHTCMS are indistinguishable -- but the max over pairs is e^eps.)
+RANDOMIZERS: dict[str, Callable[[float, Domain], np.ndarray]] = {
+    "ft": lambda eps, dom: FT(eps, k=2).output_distribution(dom),
+    "inp_ht_attributes": lambda eps, dom: InpHT(eps, k=2, support="attributes")
+    .output_distribution(dom),
+    "marg_ht": lambda eps, dom: MargHT(eps, k=2).output_distribution(dom),
+    "inp_htcms": lambda eps, dom: InpHTCMS(eps, k=2).output_distribution(dom, hash_seed=3),
+    "inp_htcms_small": lambda eps, dom: InpHTCMS(eps, k=2, g=2, w=4)
+    .output_distribution(dom, hash_seed=3),
+    "em": lambda eps, dom: EM(eps, k=2).output_distribution(dom),
+    "em_oue": lambda eps, dom: EM(eps, k=2, oracle="oue").output_distribution(dom),
+    "inp_em": lambda eps, dom: InpEM(eps, k=2).output_distribution(dom),
+    "be": lambda eps, dom: BE(eps, k=2).output_distribution(dom, N_PLAN),
+    "calm": _spine(CALM),
+    "am": _spine(AM),
+}
+
+
+def _max_ratio(dist: np.ndarray) -> float:
+    """max over outputs y and records x, x' of P[y|x] / P[y|x'] (inf if some is 0 vs > 0)."""
+    used = dist.max(axis=0) > 0
+    lo, hi = dist.min(axis=0)[used], dist.max(axis=0)[used]
+    return math.inf if (lo == 0).any() else float((hi / lo).max())
+
+
+def _check_rows(dist: np.ndarray, records: int) -> None:
+    assert dist.shape[0] == records
+    assert (dist >= 0).all()
+    np.testing.assert_allclose(dist.sum(axis=1), 1.0, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(RANDOMIZERS))
+@pytest.mark.parametrize("dom", [BIN3, BIN4, MIXED, MIXED3], ids=["2x3", "2x4", "3x2", "3x2x2"])
+@pytest.mark.parametrize("eps", [0.5, 2.0])
+def test_randomizer_is_exactly_eps_ldp_and_tight(name, dom, eps):
+    # Exact (no randomness): 1e-12 on the row sums, 1e-9 relative on the ratio.
+    dist = RANDOMIZERS[name](eps, dom)
+    _check_rows(dist, dom.cells())
+    worst = _max_ratio(dist)
+    assert worst <= math.exp(eps) * (1 + 1e-9)
+    assert worst >= math.exp(eps) * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("method", [EM, InpEM])
+def test_em_with_a_constant_attribute_is_private_but_not_tight(method):
+    # Not tight: the budget is split over all d attributes, and a single-valued attribute
+    # reports nothing, so its eps/d share is unused: the worst ratio is e^{eps (d-1)/d}.
+    dom = Domain(("a", "b", "c"), (3, 2, 1))
+    dist = method(1.2, k=2).output_distribution(dom)
+    _check_rows(dist, dom.cells())
+    assert _max_ratio(dist) == pytest.approx(math.exp(1.2 * 2 / 3), rel=1e-9)
+
+
+# --- the exposed distribution is the randomizer's -------------------------------------------
+def _copies(dom: Domain, record: tuple[int, ...], n: int) -> Dataset:
+    return Dataset(np.tile(np.asarray(record, dtype=np.int64), (n, 1)), dom)
+
+
+def _chi2_pvalue(observed: np.ndarray, expected: np.ndarray, df: int) -> float:
+    keep = expected > 0
+    assert (observed[~keep] == 0).all()
+    stat = float(((observed[keep] - expected[keep]) ** 2 / expected[keep]).sum())
+    return float(stats.chi2.sf(stat, df))
+
+
+def test_ft_run_follows_its_output_distribution():
+    # N users with one record through InpHT.run: every coefficient gets N/|T| users (the
+    # balanced partition), and count(b = +1) per coefficient follows from the released
+    # estimate.  Given the coefficient counts, chi-squared on |T| df, p >= 1e-4.
+    method = InpHT(1.0, k=2, per_user=True)
+    record, per_coeff = (2, 1), 20_000
+    masks = coefficient_masks(BinaryEncoding(MIXED), 2, "bits")
+    syn = method.run(_copies(MIXED, record, per_coeff * masks.size), rng=2024)
+    assert np.array_equal(syn.masks, masks) and (syn.counts == per_coeff).all()
+    p = syn.info["p"]
+    plus = (syn.values * syn.counts * (2 * p - 1) + syn.counts) / 2
+    np.testing.assert_allclose(plus, np.round(plus), atol=1e-6)
+    observed = np.column_stack([plus, syn.counts - plus]).ravel()
+    row = method.output_distribution(MIXED)[MIXED.index_of(record)]
+    expected = row * masks.size * per_coeff  # P[alpha] = 1/|T|
+    assert _chi2_pvalue(observed, expected, masks.size) >= 1e-4
+
+
+def test_marg_ht_run_follows_its_output_distribution():
+    # As above for MargHT.run on binary d = 3, k = 2: 3 marginals x 3 coefficients, N users
+    # each; the coefficients are the Hadamard transform of each released (binary) view.
+    method = MargHT(1.0, k=2, per_user=True)
+    record, per_coeff = (1, 0, 1), 20_000
+    syn = method.run(_copies(BIN3, record, 9 * per_coeff), rng=77)
+    p = syn.info["p"]
+    observed = []
+    for _, table in syn.views:
+        coeffs = fwht(table.ravel())[1:]
+        plus = (coeffs * per_coeff * (2 * p - 1) + per_coeff) / 2
+        np.testing.assert_allclose(plus, np.round(plus), atol=1e-6)
+        observed.append(np.column_stack([plus, per_coeff - plus]).ravel())
+    row = method.output_distribution(BIN3)[BIN3.index_of(record)]
+    expected = row * 9 * per_coeff  # P[beta] P[alpha] = 1/3 x 1/3
+    assert _chi2_pvalue(np.concatenate(observed), expected, 9) >= 1e-4
+
+
+def test_htcms_reports_follow_its_output_distribution():
+    # cms_reports (InpHTCMS.run's per-user step) for 200k users with one record; outputs
+    # (j, l, b), index (j w + l) 2 + (b == -1); multinomial chi-squared, p >= 1e-4.
+    method = InpHTCMS(1.0, k=2, g=2, w=4, hash_seed=3)
+    record, n = (0, 1, 1), 200_000
+    cell = BIN3.index_of(record)
+    hashes = sketch_hashes(3, method.g, method.w, BIN3.cells())
+    p = method.plan(BIN3, n).params["p"]
+    j, col, signs = cms_reports(np.full(n, cell), hashes, method.w, p,
+                                np.random.default_rng(31))
+    row = method.output_distribution(BIN3)[cell]
+    observed = np.bincount((j * method.w + col) * 2 + (signs < 0), minlength=row.size)
+    assert stats.chisquare(observed, row * n).pvalue >= 1e-4
+
+
+def _em_output_index(method: EM, dom: Domain, reports: list) -> np.ndarray:
+    """Each user's joint output index (C order over attributes) in output_distribution."""
+    parts, widths = [], []
+    for rep, oracle in zip(reports, method.attribute_oracles(dom), strict=True):
+        if oracle is None:
+            parts.append(np.zeros(len(reports[0]), np.int64))
+            widths.append(1)
+        elif oracle.name == "grr":
+            parts.append(np.asarray(rep, np.int64))
+            widths.append(oracle.size)
+        else:  # unary, size <= 8: the packed byte read little-endian is the index
+            parts.append(rep[:, 0].astype(np.int64))
+            widths.append(1 << oracle.size)
+    return np.ravel_multi_index(tuple(parts), tuple(widths))
+
+
+@pytest.mark.parametrize("method", [InpEM(1.0, k=2), EM(1.0, k=2, oracle="oue")],
+                         ids=["inp_em_grr", "em_oue"])
+def test_em_randomize_follows_its_output_distribution(method):
+    # EM.randomize (EM.run's per-user step), 100k users with one record of a 3 x 2 x 2
+    # domain; multinomial chi-squared over the joint outputs, p >= 1e-4 per oracle kind.
+    record, n = (2, 0, 1), 100_000
+    reports = method.randomize(_copies(MIXED3, record, n), rng=5)
+    row = method.output_distribution(MIXED3)[MIXED3.index_of(record)]
+    observed = np.bincount(_em_output_index(method, MIXED3, reports), minlength=row.size)
+    assert stats.chisquare(observed, row * n).pvalue >= 1e-4
+
+
+def test_be_reports_follow_its_output_distribution():
+    # BE.run is CALM.run on the encoded data, whose per-user step is group_supports(...,
+    # per_user=True).  With GRR groups a support vector is the histogram of the group's
+    # reports; chi-squared over all groups given their sizes, sum(cells - 1) df, p >= 1e-4.
+    method = BE(1.0, k=2, per_user=True)
+    record, n = (1, 1, 0), N_PLAN
+    plan = method.plan(MIXED3, n)
+    assert plan.m > 1 and {g.oracle for g in plan.groups} == {"grr"}
+    enc = BinaryEncoding(MIXED3)
+    supports, users = group_supports(enc.encode(_copies(MIXED3, record, n)), plan, rng=8,
+                                     per_user=True)
+    row = method.output_distribution(MIXED3, n)[MIXED3.index_of(record)]
+    blocks = np.split(row * plan.m, np.cumsum([g.cells for g in plan.groups])[:-1])
+    expected = np.concatenate([b * u for b, u in zip(blocks, users, strict=True)])
+    df = sum(g.cells - 1 for g in plan.groups)
+    assert _chi2_pvalue(np.concatenate(supports), expected, df) >= 1e-4
+
+
+# --- per_user=True with rng=None: the OS CSPRNG ----------------------------------------------
+NOT_LOCAL = {"priview", "uni"}  # central DP, and no randomization at all (test below)
+LOCAL_METHODS = sorted(set(available()) - NOT_LOCAL)
+
+
+def _small_data() -> Dataset:
+    codes = np.random.default_rng(0).integers(0, 2, size=(300, 4))
+    return Dataset(codes, BIN4)
+
+
+@pytest.fixture
+def secure_words(monkeypatch):
+    """Count the 64-bit words SecureRandom draws; forbid the oracles' aggregate samplers."""
+    drawn = [0]
+    original = SecureRandom._words
+
+    def counting(self: SecureRandom, count: int) -> np.ndarray:
+        drawn[0] += count
+        return original(self, count)
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("per_user=True must not use the aggregate sampler")
+
+    monkeypatch.setattr(SecureRandom, "_words", counting)
+    for cls in ORACLES.values():
+        monkeypatch.setattr(cls, "sample_support", refuse)
+    return drawn
+
+
+def test_every_local_method_is_checked():
+    assert {"calm", "fc", "am", "ft", "em", "be", "inp_htcms", "marg_ht"} <= set(LOCAL_METHODS)
+
+
+@pytest.mark.parametrize("name", LOCAL_METHODS)
+def test_per_user_without_rng_randomizes_every_record_with_secure_random(name, secure_words):
+    # Every user's randomization draws at least one 64-bit word from os.urandom; the
+    # public group assignment may still use an OS-seeded numpy Generator.
+    if name == "calm_pgm":
+        pytest.importorskip("mbi")
+    data = _small_data()
+    make(name, epsilon=1, k=2, per_user=True).run(data, rng=None)
+    assert secure_words[0] >= data.n
+
+
+def test_uniform_reads_no_record_and_draws_nothing(secure_words):
+    # uni (CALM §5.1) answers every query with the uniform table: no report, no randomness.
+    syn = make("uni", epsilon=1, k=2).run(_small_data(), rng=None)
+    assert secure_words[0] == 0
+    np.testing.assert_allclose(syn.marginal(("a", "b")).values, 0.25)
