@@ -9,6 +9,7 @@ import argparse
 import json
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -144,8 +145,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     from .evaluate import evaluate, random_queries
     from .methods import make
+    from .provenance import Provenance
     from .synopsis import UniformSynopsis
 
+    if args.out is not None and not args.simulation:
+        raise DPMarginalsError(
+            "run makes seeded simulations, not releases: `dpmarginals release` makes a private "
+            "one; add --simulation to save this one, marked not private")
     data = _load_data(args)
     method = make(args.method, **_method_params(args))
     queries = random_queries(data.domain, args.k, args.queries,
@@ -175,6 +181,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
            "stage_seconds": {**info.get("stage_seconds", {}),
                              "queries": query_seconds / args.repeats}}
     if args.out is not None and synopsis is not None:
+        path = "per-user randomization" if args.per_user else \
+            "aggregate counts sampled from their exact distribution"
+        synopsis.provenance = Provenance.simulation(
+            method.name, "central" if args.method == "priview" else "local", args.epsilon,
+            f"seeded simulation by `dpmarginals run` (seed {args.seed}, {path}, "
+            f"{args.repeats} run(s), the last saved); do not publish it",
+            plan_hash=info.get("plan_hash"), randomness=f"numpy generator, seed {args.seed}")
         synopsis.save(args.out)
     if info.get("consistent") is False:
         print(f"dpmarginals: note: consistency stopped after {info['consistency_rounds']} rounds "
@@ -190,20 +203,22 @@ def _cmd_run(args: argparse.Namespace) -> int:
           f"{out['uniform_sse_mean']:.3g}")
     print(f"  total variation distance: {out['tvd_mean']:.3g} "
           f"(Uniform {out['uniform_tvd_mean']:.3g})")
-    saved = f"; synopsis saved to {args.out}" if args.out else ""
+    saved = f"; simulation (not private) saved to {args.out}" if args.out else ""
     print(f"  {out['seconds']:.2f} s per run{saved}")
     return 0
 
 
 def _cmd_query(args: argparse.Namespace) -> int:
-    from .synopsis import load_synopsis
+    from .synopsis import load_release
 
-    synopsis = load_synopsis(args.synopsis)
+    release = load_release(args.synopsis)
     attrs = [a.strip() for a in args.attributes.split(",") if a.strip()]
+    if not hasattr(release, "marginal") or not hasattr(release, "domain"):
+        return _query_tuples(release, attrs, args)
+    synopsis = release
     table = synopsis.marginal(attrs)
     if args.std:
         from .stderr import standard_errors
-        from .table import MarginalTable
 
         public = None
         if args.public is not None:
@@ -216,14 +231,61 @@ def _cmd_query(args: argparse.Namespace) -> int:
                 public = Dataset.from_file(args.public, synopsis.domain)
         std, _ = standard_errors(synopsis, table.attributes, table.values,
                                  replicates=args.replicates, public=public)
-        table = MarginalTable(table.domain, table.values, std)
+        table = table.replace(std=std)
+    basis = table.describe_basis()
+    if args.std and table.reconstructed:
+        basis = f"{basis}; the standard errors are model-based (they assume that model)"
     frame = table.to_frame()
     if args.format == "json":
-        print(json.dumps(table.to_dict()))
+        body = table.to_dict()
+        if table.std is not None:
+            body["std_basis"] = "model-based" if table.reconstructed else "measured"
+        print(json.dumps({**body, "privacy": synopsis.privacy.to_dict()}))
     elif args.format == "csv":
+        if basis:
+            print(f"dpmarginals: {basis}", file=sys.stderr)
         print(frame.to_csv(index=False), end="")
     else:
+        if basis:
+            print(f"# {basis}")
         print(frame.to_string(index=False))
+    return 0
+
+
+def _query_tuples(release: Any, attrs: list[str], args: argparse.Namespace) -> int:
+    """``query`` on a central k-tuple release: the noisy counts of the extracted tuples."""
+    if args.std:
+        raise DPMarginalsError("--std: a k-tuple release has no standard errors")
+    frame = release.tuple_counts(attrs)
+    note = (f"k-tuple release ({release.provenance.describe()}): noisy counts of the "
+            f"{len(frame)} extracted tuples over {', '.join(attrs)}; tuples not listed were "
+            "not extracted")
+    if args.format == "json":
+        print(json.dumps({"attributes": attrs, "tuples": frame.to_dict(orient="records"),
+                          "privacy": release.provenance.to_dict(), "note": note}))
+    elif args.format == "csv":
+        print(f"dpmarginals: {note}", file=sys.stderr)
+        print(frame.to_csv(index=False), end="")
+    else:
+        print(f"# {note}")
+        print(frame.to_string(index=False))
+    return 0
+
+
+def _cmd_release(args: argparse.Namespace) -> int:
+    from .release import release
+
+    params = {key: getattr(args, key) for key in ("theta", "m", "l", "oracle", "inference")
+              if getattr(args, key) is not None}
+    synopsis = release(args.data, args.domain, method=args.method, epsilon=args.epsilon,
+                       k=args.k, domain_from_data=args.domain_from_data,
+                       extra_columns="ignore" if args.ignore_extra_columns else "error",
+                       **params)
+    synopsis.save(args.out)
+    info = getattr(synopsis, "info", {})
+    shape = f", l={info['l']}, m={info['m']}" if info.get("l") else ""
+    print(f"{synopsis.privacy.describe()}{shape}: {len(synopsis.domain)} attributes, "
+          f"saved to {args.out}")
     return 0
 
 
@@ -256,6 +318,36 @@ def build_parser() -> argparse.ArgumentParser:
                    help="make the run a reproducible simulation with this seed (default: "
                    "every user's randomness comes from the OS's secure source)")
     p.set_defaults(func=_cmd_demo)
+
+    from .methods import available as _methods
+
+    methods = ", ".join(_methods())
+    p = sub.add_parser("release", help="a private release of a CSV/Parquet table of people",
+                       description="Make a private release: every row is one person, whose "
+                       "record is randomized on the per-user path with the operating system's "
+                       "secure randomness (no seed: for simulations use `run`). The file is "
+                       "marked private with its epsilon, method, unit of privacy and domain.")
+    p.add_argument("data", help="CSV (plain or compressed) or Parquet file, one row per person")
+    p.add_argument("--domain", default=None, metavar="DOMAIN.json",
+                   help="the public domain: {\"attr\": size}, {\"attr\": [\"a\", \"b\"]} or "
+                   "{\"attr\": {\"bins\": [0, 18, 65], \"other\": true}}; required unless "
+                   "--domain-from-data")
+    p.add_argument("--domain-from-data", action="store_true",
+                   help="read the domain off the data (it is then published: a privacy leak)")
+    p.add_argument("--ignore-extra-columns", action="store_true",
+                   help="drop data columns the domain does not name (default: refuse)")
+    p.add_argument("--method", default="calm", metavar="METHOD",
+                   help=f"release method (default calm): {methods}")
+    p.add_argument("--epsilon", type=_epsilon, required=True, help="privacy budget")
+    p.add_argument("--k", type=_positive_int, default=3,
+                   help="size of the marginals to answer well (default 3)")
+    p.add_argument("--theta", type=_fraction, default=None, help="CALM's theta (default 0.001)")
+    p.add_argument("--m", type=_positive_int, default=None, help="override the number of marginals")
+    p.add_argument("--l", type=_positive_int, default=None, help="override the marginal size")
+    p.add_argument("--oracle", default=None, help="adaptive (default), best, grr, oue, olh or hr")
+    p.add_argument("--inference", default=None, help="consistency (default) or pgm")
+    p.add_argument("--out", required=True, metavar="RELEASE.json", help="where to save it")
+    p.set_defaults(func=_cmd_release)
 
     p = sub.add_parser("datasets", help="list the data sets and whether they are available",
                        description="List the data sets `--dataset` accepts.")
@@ -291,7 +383,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_cmd_plan)
 
-    p = sub.add_parser("run", help="release on a data set and measure the error",
+    p = sub.add_parser("run", help="simulate a release on a data set and measure its error",
                        description="Run a release with every row as one user, answer random "
                        "k-way marginals, and report their SSE (CALM §5.1) and total variation "
                        "distance next to the Uniform baseline. sse_std is the standard "
@@ -299,12 +391,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", required=True,
                    help="a data set name (see `dpmarginals datasets`) or a CSV/Parquet file")
     p.add_argument("--domain", default=None,
-                   help="domain JSON for a CSV/Parquet file ({\"attr\": size} or "
-                   "{\"0\": {\"domain\": size}}); without it values are encoded from the data")
+                   help="domain JSON for a CSV/Parquet file (as for `release`); without it "
+                   "the domain is read off the data, with a warning")
     p.add_argument("--d", type=_positive_int, default=None, help="keep the first d attributes")
     p.add_argument("--n", type=_positive_int, default=None,
                    help="sample n users with replacement (default: every row once)")
-    p.add_argument("--method", default="calm", help="release method (default calm)")
+    p.add_argument("--method", default="calm", metavar="METHOD",
+                   help=f"release method (default calm): {methods}")
     p.add_argument("--epsilon", type=_epsilon, required=True, help="privacy budget")
     p.add_argument("--k", type=_positive_int, required=True, help="marginal size")
     p.add_argument("--theta", type=_fraction, default=None, help="CALM's theta (default 0.001)")
@@ -322,7 +415,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--queries", type=_positive_int, default=50, help="random queries (default 50)")
     p.add_argument("--repeats", type=_positive_int, default=1, help="independent runs (default 1)")
     p.add_argument("--seed", type=_seed, default=0, help="simulation seed (default 0)")
-    p.add_argument("--out", default=None, help="save the (last) synopsis as JSON")
+    p.add_argument("--simulation", action="store_true",
+                   help="with --out: yes, save this seeded simulation (marked not private)")
+    p.add_argument("--out", default=None,
+                   help="save the (last) synopsis as JSON (needs --simulation; for a private "
+                   "release use `dpmarginals release`)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_cmd_run)
 
@@ -337,8 +434,11 @@ def build_parser() -> argparse.ArgumentParser:
     register_experiments(sub)
 
     p = sub.add_parser("query", help="answer a marginal from a saved synopsis",
-                       description="Answer one marginal from a synopsis saved by `run --out`.")
-    p.add_argument("synopsis", help="synopsis JSON file")
+                       description="Answer one marginal from a release (or a simulation "
+                       "saved by `run --simulation --out`), with the data's own values, and "
+                       "say whether it was measured or reconstructed. On a k-tuple release of "
+                       "`central`, list the extracted tuples over the attributes.")
+    p.add_argument("synopsis", help="release or synopsis JSON file")
     p.add_argument("--attributes", required=True, help="comma-separated attribute names")
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
     p.add_argument("--std", action="store_true",
@@ -356,14 +456,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line_warning(message: Warning | str, category: type[Warning], *_: Any,
+                      **__: Any) -> None:
+    print(f"dpmarginals: warning: {message}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
-        parser.print_help()
-        return 0
+        parser.print_help(sys.stderr)
+        return 2
     try:
-        return int(args.func(args))
+        with warnings.catch_warnings():
+            warnings.showwarning = _one_line_warning
+            return int(args.func(args))
     except DPMarginalsError as exc:
         print(f"dpmarginals: error: {exc}", file=sys.stderr)
         return 2

@@ -124,7 +124,7 @@ class Dataset:
         frame = pd.DataFrame(self.codes, columns=list(self.domain.attributes))
         if labels:
             for a, names in self.labels.items():
-                frame[a] = np.asarray(names, dtype=object)[frame[a].to_numpy()]
+                frame[a] = pd.Categorical.from_codes(frame[a].to_numpy(), list(names))
         return frame
 
     @classmethod

@@ -7,6 +7,7 @@ values.  The domain is public: it is declared, never read off private data silen
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -61,7 +62,7 @@ class Labels:
         if bins is not None:
             edges = _edges(attr, bins)
             if names is None:
-                names = [f"[{a:g}, {b:g})" for a, b in zip(edges[:-1], edges[1:], strict=True)]
+                names = [f"[{a:g}, {b:g})" for a, b in itertools.pairwise(edges)]
                 names[-1] = names[-1][:-1] + "]"
             bins = edges
         if not isinstance(names, list | tuple) or not names:
@@ -92,7 +93,7 @@ def _edges(attr: str, bins: Any) -> tuple[float, ...]:
     except (TypeError, ValueError):
         raise DPMarginalsError(f"attribute {attr!r}: bins must be numbers, got {bins!r}") from None
     ok = len(edges) >= 2 and all(math.isfinite(e) for e in edges)
-    if not ok or any(b <= a for a, b in zip(edges[:-1], edges[1:], strict=True)):
+    if not ok or any(b <= a for a, b in itertools.pairwise(edges)):
         raise DPMarginalsError(f"attribute {attr!r}: bins must be at least 2 finite, strictly "
                                f"increasing edges, got {list(bins)!r}")
     return edges

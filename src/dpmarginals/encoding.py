@@ -93,7 +93,7 @@ def _binned_codes(attr: str, col: pd.Series, lab: Labels) -> np.ndarray:
 
 
 def _labelled_codes(attr: str, col: pd.Series, lab: Labels) -> np.ndarray:
-    codes = pd.Categorical(_as_text(col), categories=list(lab.names)).codes.astype(np.int64)
+    codes = pd.Index(lab.names).get_indexer(_as_text(col)).astype(np.int64)
     if lab.other:
         return np.where(codes < 0, len(lab.names) - 1, codes)
     shown = list(lab.names[:10]) + (["..."] if len(lab.names) > 10 else [])

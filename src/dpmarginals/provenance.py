@@ -65,7 +65,8 @@ class Provenance:
         """One line for a reader."""
         if self.private:
             delta = f", delta {self.delta:g}" if self.delta else ""
-            return f"private {self.model}-DP release ({self.method}, epsilon {self.epsilon:g}{delta})"
+            return (f"private {self.model}-DP release ({self.method}, "
+                    f"epsilon {self.epsilon:g}{delta})")
         return f"NOT a private release: {self.reason or 'no privacy mark'}"
 
 

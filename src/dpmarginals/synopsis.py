@@ -18,8 +18,8 @@ from .errors import DPMarginalsError
 from .provenance import NOT_RELEASED, Provenance, warn_if_not_private
 from .table import MarginalTable
 
-__all__ = ["Synopsis", "UniformSynopsis", "ViewSynopsis", "load_synopsis", "maximal_overlaps",
-           "synopsis_from_dict"]
+__all__ = ["Synopsis", "UniformSynopsis", "ViewSynopsis", "load_release", "load_synopsis",
+           "maximal_overlaps", "synopsis_from_dict"]
 
 _FORMAT = "dpmarginals.synopsis"
 _KINDS: dict[str, type[Synopsis]] = {}
@@ -131,19 +131,41 @@ def _with_measured(marginal: Any) -> Any:
     return tagged
 
 
+def _read_json(path: str | Path) -> Any:
+    try:
+        return json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise DPMarginalsError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DPMarginalsError(f"{str(path)!r} is not valid JSON: {exc}") from None
+
+
 def load_synopsis(path: str | Path) -> Synopsis:
     """Read a synopsis written by :meth:`Synopsis.save`; warns if it is not private."""
-    try:
-        body = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise DPMarginalsError(f"cannot read synopsis {str(path)!r}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise DPMarginalsError(f"synopsis {str(path)!r} is not valid JSON: {exc}") from None
+    body = _read_json(path)
     if not isinstance(body, dict) or body.get("format") != _FORMAT:
         raise DPMarginalsError(f"{str(path)!r} is not a dpmarginals synopsis")
     synopsis = synopsis_from_dict(body)
     warn_if_not_private(synopsis.privacy, str(path))
     return synopsis
+
+
+def load_release(path: str | Path) -> Any:
+    """A synopsis, or a central k-tuple release (``dpmarginals central --out``); warns if
+    the file is not private."""
+    body = _read_json(path)
+    if isinstance(body, dict) and body.get("format") == _FORMAT:
+        return load_synopsis(path)
+    from .central.dp_marginals import RELEASE_FORMAT, DPMarginalsResult
+
+    if not isinstance(body, dict) or body.get("format") != RELEASE_FORMAT:
+        raise DPMarginalsError(f"{str(path)!r} is not a dpmarginals release or synopsis")
+    try:
+        result = DPMarginalsResult.from_dict(body)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DPMarginalsError(f"malformed k-tuple release {str(path)!r}: {exc!r}") from None
+    warn_if_not_private(result.provenance, str(path))
+    return result
 
 
 def synopsis_from_dict(body: Mapping[str, Any]) -> Synopsis:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -65,7 +65,7 @@ class MarginalTable:
         if self.measured is None:
             return None
         if not self.reconstructed:
-            return f"measured: {', '.join(self.attributes)} were reported together"
+            return f"measured: reports held {', '.join(self.attributes)} together"
         sets = "; ".join(", ".join(m) for m in self.measured) or "nothing"
         return ("reconstructed by a model (maximum entropy or a graphical model): no report "
                 f"measured {', '.join(self.attributes)} together; measured: {sets}")

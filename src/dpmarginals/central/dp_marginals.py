@@ -64,6 +64,7 @@ import pandas as pd
 
 from ..domain import Domain
 from ..errors import DPMarginalsError, check_epsilon
+from ..provenance import CENTRAL_UNIT, Provenance
 from ..randomness import RNGLike
 from ..table import MarginalTable
 from .accounting import PrivacyBudget, check_delta, plan_budget
@@ -86,6 +87,8 @@ __all__ = [
     "true_counts",
 ]
 
+RELEASE_FORMAT = "dpmarginals.ktuples"
+"""The ``format`` field of a saved k-tuple release (``query`` and ``synthesize`` read it)."""
 _CHUNK_PAIRS = 1 << 22  # join pairs generated per chunk
 _CACHE_ROWS = 1 << 25  # keep a stage's (user, tuple) rows in memory up to this many
 _DENSE_KEYS = 1 << 25  # key spaces up to this size are looked up in a dense table
@@ -550,8 +553,40 @@ class DPMarginalsResult:
         return ["(other)"] + [v for c, v in self.items if c == column]
 
     # -- persistence ----------------------------------------------------------------
+    def tuple_counts(self, columns: Sequence[str]) -> pd.DataFrame:
+        """The extracted tuples over exactly ``columns`` (one value each), with their noisy
+        counts: what the release says about those columns.  Tuples not listed were not
+        extracted (their count is below the release's threshold, or they do not occur)."""
+        cols = list(columns)
+        level = self._level(len(cols))
+        for c in cols:
+            if c not in self.columns():
+                raise DPMarginalsError(f"column {c!r} has no extracted value; extracted "
+                                       f"columns: {sorted(self.columns())[:20]}")
+        item_cols = np.asarray([col for col, _ in self.items], dtype=object)
+        held = item_cols[level.tuples] if len(level) else np.empty((0, len(cols)), object)
+        rows = [r for r in range(len(level)) if sorted(held[r]) == sorted(cols)]
+        frame = pd.DataFrame({c: [next(self.items[i][1] for i in level.tuples[r]
+                                       if self.items[i][0] == c) for r in rows] for c in cols})
+        frame["count"] = level.counts[rows]
+        return frame
+
+    @property
+    def provenance(self) -> Provenance:
+        """The privacy mark saved with the release."""
+        if self.private:
+            return Provenance(True, "central", "dp_marginals", float(self.budget["epsilon"]),
+                              delta=float(self.budget["delta"]), unit=CENTRAL_UNIT,
+                              randomness="OpenDP's discrete Gaussian sampler")
+        return Provenance.simulation("dp_marginals", "central", float(self.budget["epsilon"]),
+                                     "seeded simulation: numpy noise, not OpenDP's; do not "
+                                     "publish it", delta=float(self.budget["delta"]),
+                                     unit=CENTRAL_UNIT)
+
     def to_dict(self) -> dict[str, Any]:
         return {
+            "format": RELEASE_FORMAT,
+            "privacy": self.provenance.to_dict(),
             "method": "dp-marginals (Gopi-Mahabadi-Yekhanin)",
             "name": self.name,
             "private": self.private,
@@ -569,7 +604,11 @@ class DPMarginalsResult:
         }
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict()))
+        try:
+            Path(path).write_text(json.dumps(self.to_dict()))
+        except OSError as exc:
+            raise DPMarginalsError(f"cannot write {str(path)!r}: "
+                                   f"{exc.strerror or exc}") from None
 
     @classmethod
     def from_dict(cls, spec: dict[str, Any]) -> DPMarginalsResult:

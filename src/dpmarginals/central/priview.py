@@ -212,7 +212,8 @@ class PriView:
                        for a, c in zip(attrs, cells, strict=True))
         params = {"k": self.k, "n": int(n), "model": "central", "l": l, "m": m, "cover": t,
                   "scale": scale, "sensitivity": m,
-                  "neighbouring": "add or remove one record (n treated as public)",
+                  "neighbouring": "add or remove one record; n is not published (the "
+                  "release's n is the mean of the noisy view totals)",
                   "report_bits": None, "table2_bits": None, "var0": cell_var,
                   "variance_factor": None,
                   "expected_sse": float(np.mean(cells)) * cell_var}
@@ -229,19 +230,26 @@ class PriView:
         from dpmarginals.local.calm import consistent_synopsis
         from dpmarginals.local.collect import NoisyView
 
-        plan = self.plan(data.domain, data.n)
+        groups = self.plan(data.domain, 1).groups  # the views do not depend on n
         sampler = self._sampler()
-        scale_t, scale_s = _rational_scale(plan.m, self.epsilon)
+        scale_t, scale_s = _rational_scale(len(groups), self.epsilon)
         src = client_rng(rng)  # OS entropy unless the simulation is seeded (cks only)
-        views = []
-        for spec in plan.groups:
+        noisy_counts = []
+        for spec in groups:
             counts = data.counts(spec.attributes).ravel()
             if sampler == "opendp":
-                noisy = _opendp_noisy(counts, scale_t / scale_s, self.epsilon / plan.m)
+                noisy = _opendp_noisy(counts, scale_t / scale_s, self.epsilon / len(groups))
             else:
                 noisy = counts + discrete_laplace(scale_t, scale_s, counts.size, src)
-            table = (noisy / data.n).reshape(data.domain.project(spec.attributes).shape)
-            views.append(NoisyView(spec.attributes, table, data.n, plan.params["var0"]))
+            noisy_counts.append(noisy)
+        # The exact n is not published (it would break add/remove-one DP): every view's
+        # noisy total estimates it, and their mean is post-processing of the noisy counts.
+        n_hat = max(1, round(float(np.mean([c.sum() for c in noisy_counts]))))
+        plan = self.plan(data.domain, n_hat)
+        views = []
+        for spec, noisy in zip(plan.groups, noisy_counts, strict=True):
+            table = (noisy / n_hat).reshape(data.domain.project(spec.attributes).shape)
+            views.append(NoisyView(spec.attributes, table, n_hat, plan.params["var0"]))
         info = {"plan_hash": plan.hash, **plan.params, "noise_sampler": sampler,
                 "seeded_noise": sampler == "cks" and rng is not None}
         return consistent_synopsis(data.domain, views, self.name, info,

@@ -61,10 +61,14 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
 def _cmd_synthesize(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from ..synopsis import load_synopsis
+    from ..synopsis import load_release
     from ..synthetic import synthesize
 
-    synopsis = load_synopsis(args.synopsis)
+    synopsis = load_release(args.synopsis)
+    if not hasattr(synopsis, "marginal") or not hasattr(synopsis, "domain"):
+        raise DPMarginalsError(f"{args.synopsis!r} is a k-tuple release (`central`): it lists "
+                               "frequent tuples, not a model of the table, so it cannot be "
+                               "sampled from")
     attrs = None
     if args.attributes:
         attrs = [a.strip() for a in args.attributes.split(",") if a.strip()]
@@ -74,9 +78,9 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
     out = Path(args.out)
     try:
         if out.suffix.lower() in (".parquet", ".pq"):
-            data.to_frame().to_parquet(out, index=False)
+            data.to_frame(labels=True).to_parquet(out, index=False)
         else:
-            data.to_frame().to_csv(out, index=False)
+            data.to_frame(labels=True).to_csv(out, index=False)
     except OSError as exc:
         raise DPMarginalsError(f"cannot write {str(out)!r}: {exc.strerror}") from None
     print(f"wrote {data.n} synthetic records over {data.d} attributes to {out}",

@@ -1,0 +1,102 @@
+"""The one way to make a private release from a table of people (issue #15).
+
+:func:`release` reads the user's own values over a declared public domain, randomizes
+every record on the per-user path with the operating system's secure randomness (no seed
+is accepted: seeds are for simulation, :meth:`Method.run`), and returns a synopsis marked
+private with its guarantee (:class:`~dpmarginals.provenance.Provenance`).
+
+>>> import pandas as pd
+>>> frame = pd.DataFrame({"sex": ["f", "m"] * 500, "smoker": ["no", "no", "yes", "no"] * 250})
+>>> domain = {"sex": ["f", "m"], "smoker": ["no", "yes"]}
+>>> r = release(frame, domain, method="calm", epsilon=1.0, k=2)
+>>> r.privacy.private, r.privacy.model, r.marginal(["smoker"]).to_frame()["smoker"].tolist()
+(True, 'local', ['no', 'yes'])
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .dataset import Dataset
+from .domain import Domain
+from .errors import DPMarginalsError, PrivacyLeakWarning
+from .provenance import CENTRAL_UNIT, LOCAL_UNIT, OS_RANDOMNESS, Provenance
+from .synopsis import Synopsis
+
+__all__ = ["CENTRAL_METHODS", "release"]
+
+CENTRAL_METHODS = frozenset({"priview"})
+_SEEDS = ("rng", "seed", "random_state")
+
+
+def release(
+    data: pd.DataFrame | Dataset | str | Path,
+    domain: Domain | Mapping[str, Any] | str | Path | None = None,
+    *,
+    method: str = "calm",
+    epsilon: float,
+    k: int = 3,
+    domain_from_data: bool = False,
+    extra_columns: str = "error",
+    **params: Any,
+) -> Synopsis:
+    """A private release of ``data`` (a DataFrame, a CSV/Parquet path, or a Dataset).
+
+    ``domain``: the public domain (a :class:`Domain`, a domain dict, or a JSON path);
+    required unless ``data`` is a :class:`Dataset` (whose domain was declared when it was
+    built) or ``domain_from_data=True`` (which reads it off the data, with a
+    :class:`PrivacyLeakWarning`).  ``params`` go to the method (e.g. ``m``, ``l``,
+    ``oracle``, ``inference``); a seed or ``per_user=False`` is refused.
+    """
+    from .methods import make
+
+    for key in (*_SEEDS, "per_user", "sampler"):
+        if key in params:
+            raise DPMarginalsError(
+                f"release does not take {key!r}: every record is randomized on the per-user "
+                "path with the OS's secure randomness (for a seeded simulation use "
+                "make(method, ...).run(data, rng=seed))")
+    dataset = _dataset(data, domain, domain_from_data, extra_columns)
+    name = method.lower().replace("-", "_")
+    central = name in CENTRAL_METHODS
+    extra: dict[str, Any] = {"sampler": "opendp"} if central else {"per_user": True}
+    algo = make(name, epsilon=epsilon, k=k, **extra, **params)
+    synopsis = algo.run(dataset, rng=None)
+    info = getattr(synopsis, "info", {})
+    info.pop("stage_seconds", None)  # timings depend on the data and are not protected
+    synopsis.provenance = Provenance(
+        private=True, model="central" if central else "local", method=algo.name,
+        epsilon=float(algo.epsilon),
+        unit=CENTRAL_UNIT if central else LOCAL_UNIT,
+        randomness="OpenDP's discrete Laplace sampler" if central else OS_RANDOMNESS,
+        plan_hash=info.get("plan_hash"))
+    return synopsis
+
+
+def _dataset(data: pd.DataFrame | Dataset | str | Path,
+             domain: Domain | Mapping[str, Any] | str | Path | None,
+             domain_from_data: bool, extra_columns: str) -> Dataset:
+    if isinstance(data, Dataset):
+        if domain is not None:
+            raise DPMarginalsError("a Dataset carries its domain; pass domain=None")
+        return data
+    if domain is None and not domain_from_data:
+        raise DPMarginalsError(
+            "release needs the public domain (--domain FILE / domain=): each attribute's "
+            "values, declared, not read off the private data; domain_from_data=True "
+            "(--domain-from-data) reads it off the data and publishes it")
+    if domain is not None and domain_from_data:
+        raise DPMarginalsError("give either a domain or domain_from_data=True, not both")
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", PrivacyLeakWarning)
+        if isinstance(data, pd.DataFrame):
+            return Dataset.from_frame(data, domain, extra_columns=extra_columns)
+        if isinstance(data, str | Path):
+            return Dataset.from_file(data, domain, extra_columns=extra_columns)
+    raise DPMarginalsError(f"data must be a DataFrame, a file path or a Dataset, "
+                           f"got {type(data).__name__}")

@@ -1,0 +1,294 @@
+"""Issue #15: a release boundary a privacy engineer can trust.
+
+Releases vs. simulations, declared domains with labels, the privacy mark, measured vs.
+reconstructed answers, PriView without the exact n.  CLI checks run the real command.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dpmarginals import CALM, Dataset, Domain, load_synopsis, make
+from dpmarginals.errors import DPMarginalsError, PrivacyLeakWarning
+from dpmarginals.provenance import NotPrivateWarning
+from dpmarginals.randomness import SecureRandom
+from dpmarginals.release import release
+
+DOMAIN = {"education": ["school", "college", "phd"], "income": ["low", "mid", "high"],
+          "sex": ["f", "m"], "age": {"bins": [18, 30, 45, 65, 90]}, "smoker": ["no", "yes"]}
+
+
+def people(n: int = 4000, seed: int = 0) -> pd.DataFrame:
+    """Correlated people: income follows education."""
+    rng = np.random.default_rng(seed)
+    edu = rng.choice(["school", "college", "phd"], n, p=[0.5, 0.4, 0.1])
+    rich = np.where(edu == "phd", 0.6, 0.1)
+    income = np.where(rng.random(n) < rich, "high", rng.choice(["low", "mid"], n))
+    return pd.DataFrame({"education": edu, "income": income, "sex": rng.choice(["f", "m"], n),
+                         "age": rng.integers(18, 90, n), "smoker": rng.choice(["no", "yes"], n)})
+
+
+@pytest.fixture
+def files(tmp_path):
+    csv, dom = tmp_path / "people.csv", tmp_path / "people-domain.json"
+    people().to_csv(csv, index=False)
+    dom.write_text(json.dumps(DOMAIN))
+    return csv, dom
+
+
+def cli(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dpmarginals.cli", *map(str, args)],
+                          capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+def one_error_line(proc: subprocess.CompletedProcess, *words: str) -> None:
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dpmarginals: error:"), proc.stderr
+    for word in words:
+        assert word in lines[0]
+
+
+# -- 1. release vs. simulation ----------------------------------------------------------------
+def test_release_is_private_per_user_and_os_random(monkeypatch):
+    draws = []
+    real = SecureRandom._words
+    monkeypatch.setattr(SecureRandom, "_words",
+                        lambda self, count: draws.append(count) or real(self, count))
+    r = release(people(), DOMAIN, method="calm", epsilon=1.0, k=2)
+    assert sum(draws) >= 4000  # at least one OS draw per record: the per-user path
+    mark = r.privacy
+    assert (mark.private, mark.model, mark.method, mark.epsilon) == (True, "local", "calm", 1.0)
+    assert mark.plan_hash == r.info["plan_hash"] and "os.urandom" in mark.randomness
+    body = r.to_dict()
+    assert body["privacy"]["private"] is True and body["privacy"]["package_version"]
+    assert body["domain"]["income"] == ["low", "mid", "high"]
+    assert "stage_seconds" not in body["info"]  # timings are not protected
+
+
+def test_release_refuses_seeds_and_the_aggregate_path():
+    for bad in ({"rng": 0}, {"seed": 1}, {"per_user": False}):
+        with pytest.raises(DPMarginalsError, match="per-user path"):
+            release(people(200), DOMAIN, epsilon=1.0, **bad)
+
+
+def test_two_cli_releases_differ_and_query_shows_the_csvs_values(files, tmp_path):
+    csv, dom = files
+    outs = []
+    for name in ("r1.json", "r2.json"):
+        proc = cli("release", csv, "--domain", dom, "--method", "calm", "--epsilon", 1,
+                   "--k", 3, "--out", tmp_path / name)
+        assert proc.returncode == 0, proc.stderr
+        assert "private local-DP release" in proc.stdout
+        outs.append((tmp_path / name).read_bytes())
+    assert outs[0] != outs[1]
+    proc = cli("query", tmp_path / "r1.json", "--attributes", "income,education",
+               "--format", "csv")
+    assert proc.returncode == 0 and "warning" not in proc.stderr
+    frame = pd.read_csv(__import__("io").StringIO(proc.stdout))
+    assert set(frame["income"]) == {"low", "mid", "high"}
+    assert set(frame["education"]) == {"school", "college", "phd"}
+    assert abs(frame["fraction"].sum() - 1) < 1e-9
+
+
+def test_run_out_needs_simulation_and_the_file_says_so(files, tmp_path):
+    csv, dom = files
+    out = tmp_path / "sim.json"
+    proc = cli("run", "--dataset", csv, "--domain", dom, "--k", 2, "--epsilon", 1,
+               "--queries", 3, "--out", out)
+    one_error_line(proc, "--simulation", "release")
+    assert not out.exists()
+    proc = cli("run", "--dataset", csv, "--domain", dom, "--k", 2, "--epsilon", 1,
+               "--queries", 3, "--out", out, "--simulation")
+    assert proc.returncode == 0, proc.stderr
+    mark = json.loads(out.read_text())["privacy"]
+    assert mark["private"] is False and "seed 0" in mark["reason"]
+    proc = cli("query", out, "--attributes", "sex")
+    assert proc.returncode == 0
+    warning = [ln for ln in proc.stderr.splitlines() if "warning" in ln]
+    assert len(warning) == 1 and "NOT a private release" in warning[0]
+
+
+def test_method_run_synopses_are_saved_as_not_private(tmp_path):
+    data = Dataset.from_frame(people(500), DOMAIN)
+    syn = CALM(epsilon=1.0, k=2).run(data, rng=0)
+    syn.save(tmp_path / "s.json")
+    with pytest.warns(NotPrivateWarning, match="not by dpmarginals.release"):
+        back = load_synopsis(tmp_path / "s.json")
+    assert back.privacy.private is False
+
+
+def test_release_mark_survives_save_and_load(tmp_path):
+    r = release(people(500), DOMAIN, epsilon=1.0, k=2)
+    r.save(tmp_path / "r.json")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NotPrivateWarning)
+        back = load_synopsis(tmp_path / "r.json")
+    assert back.privacy == r.privacy
+    assert back.domain == r.domain and back.domain.labels_of("sex") == ("f", "m")
+
+
+# -- 2. declared public domains with labels ------------------------------------------------
+def test_release_without_a_domain_refuses_naming_the_flag(files, tmp_path):
+    csv, _ = files
+    proc = cli("release", csv, "--epsilon", 1, "--out", tmp_path / "r.json")
+    one_error_line(proc, "--domain")
+    with pytest.raises(DPMarginalsError, match="domain_from_data"):
+        release(people(100), None, epsilon=1.0)
+
+
+def test_domain_from_data_warns(files, tmp_path):
+    csv, _ = files
+    proc = cli("release", csv, "--domain-from-data", "--epsilon", 1, "--k", 2,
+               "--out", tmp_path / "r.json")
+    assert proc.returncode == 0
+    assert "warning: the domain" in proc.stderr and "private data" in proc.stderr
+    with pytest.warns(PrivacyLeakWarning):
+        release(people(300), domain_from_data=True, epsilon=1.0, k=2)
+
+
+def test_out_of_domain_value_names_column_row_and_value(files, tmp_path):
+    frame = people(50)
+    frame.loc[7, "education"] = "kindergarten"
+    with pytest.raises(DPMarginalsError, match=r"column 'education' row 7: value 'kindergarten'"):
+        release(frame, DOMAIN, epsilon=1.0)
+    frame = people(50)
+    frame.loc[3, "age"] = 95
+    with pytest.raises(DPMarginalsError, match=r"column 'age' row 3: value 95"):
+        Dataset.from_frame(frame, DOMAIN)
+    csv = tmp_path / "bad.csv"
+    frame.to_csv(csv, index=False)
+    proc = cli("release", csv, "--domain", files[1], "--epsilon", 1, "--out", tmp_path / "x.json")
+    one_error_line(proc, "'age'", "95")
+
+
+def test_declared_other_value_takes_the_rest():
+    frame = people(60)
+    frame.loc[5, "education"] = "kindergarten"
+    frame.loc[6, "age"] = 120
+    dom = {**DOMAIN, "education": {"labels": ["school", "college"], "other": True},
+           "age": {"bins": [18, 30, 45, 65, 90], "other": "unknown age"}}
+    data = Dataset.from_frame(frame, dom)
+    assert data.domain.labels_of("education") == ("school", "college", "other")
+    assert data.to_frame(labels=True).loc[5, "education"] == "other"
+    assert data.to_frame(labels=True).loc[6, "age"] == "unknown age"
+    assert Domain.from_dict(data.domain.to_dict()) == data.domain  # round trip
+
+
+def test_domain_naming_some_columns_does_not_drop_the_rest_silently():
+    two = {"education": DOMAIN["education"], "sex": DOMAIN["sex"]}
+    with pytest.raises(DPMarginalsError, match=r"columns \['income', 'age', 'smoker'\]"):
+        Dataset.from_frame(people(50), two)
+    assert Dataset.from_frame(people(50), two, extra_columns="ignore").d == 2
+
+
+def test_labels_flow_through_to_frame_and_merge_with_the_users_data():
+    frame = people(3000)
+    frame["sex"] = pd.Categorical(frame["sex"], categories=["f", "m"])
+    r = release(frame, DOMAIN, epsilon=2.0, k=2)
+    table = r.marginal(["sex", "income"]).to_frame()
+    assert list(table["sex"].cat.categories) == ["f", "m"]
+    merged = frame.merge(table, on=["sex", "income"], how="left")
+    assert merged["fraction"].notna().all()
+    as_dict = r.marginal(["income"]).to_dict()
+    assert as_dict["labels"] == {"income": ["low", "mid", "high"]}
+
+
+def test_synthesize_writes_the_users_values(tmp_path):
+    r = release(people(2000), DOMAIN, epsilon=2.0, k=2)
+    r.save(tmp_path / "r.json")
+    proc = cli("synthesize", tmp_path / "r.json", "--n", 50, "--out", tmp_path / "fake.csv")
+    assert proc.returncode == 0, proc.stderr
+    fake = pd.read_csv(tmp_path / "fake.csv")
+    assert set(fake["education"]) <= {"school", "college", "phd"}
+    assert set(fake["age"]) <= {"[18, 30)", "[30, 45)", "[45, 65)", "[65, 90]"}
+
+
+def test_plan_hash_unchanged_for_unlabelled_domains():
+    from dpmarginals.plan import GroupSpec, Plan
+
+    plan = Plan("calm", 1.0, Domain(("a", "b"), (2, 3)), (GroupSpec(("a", "b"), "grr", 1.0, 6),))
+    labelled = Plan("calm", 1.0, Domain.from_dict({"a": ["x", "y"], "b": 3}), plan.groups)
+    assert labelled.hash != plan.hash  # the labels are part of the public plan
+    assert Plan.from_dict(labelled.to_dict()).domain.labels_of("a") == ("x", "y")
+
+
+# -- 4. PriView publishes no exact n --------------------------------------------------------
+def test_priview_release_does_not_contain_the_exact_n():
+    n = 5003
+    data = Dataset.from_frame(people(n, seed=3), DOMAIN)
+    syn = make("priview", epsilon=0.5, k=2, sampler="cks").run(data, rng=4)
+    text = json.dumps(syn.to_dict())
+    assert f"{n}," not in text and f"{n}}}" not in text and f"{n}]" not in text
+    # the published n is the mean of the noisy view totals: close to n, not equal
+    assert syn.info["n"] != n and abs(syn.info["n"] - n) < 0.05 * n
+    assert "n is not published" in syn.info["neighbouring"]
+
+
+def test_priview_release_is_central_and_uses_opendp():
+    r = release(people(800), DOMAIN, method="priview", epsilon=1.0, k=2)
+    assert r.privacy.model == "central" and "OpenDP" in r.privacy.randomness
+    assert r.info["noise_sampler"] == "opendp"
+
+
+# -- 5. measured or reconstructed -------------------------------------------------------------
+def test_answers_say_measured_or_reconstructed(tmp_path):
+    data = Dataset.from_frame(people(5000), DOMAIN)
+    syn = CALM(epsilon=1.0, k=2, l=2, m=3).run(data, rng=1)
+    views = [set(a) for a, _ in syn.views]
+    inside = syn.marginal(list(sorted(views[0])))
+    assert inside.reconstructed is False and inside.measured == (inside.attributes,)
+    pairs = [(a, b) for a in DOMAIN for b in DOMAIN if a < b and not any(
+        {a, b} <= v for v in views)]
+    outside = syn.marginal(list(pairs[0]))
+    assert outside.reconstructed is True
+    assert all(len(m) == 1 for m in outside.measured)
+    assert "reconstructed" in outside.describe_basis()
+    syn.save(tmp_path / "s.json")
+    with pytest.warns(NotPrivateWarning):
+        proc_json = cli("query", tmp_path / "s.json", "--attributes", ",".join(pairs[0]),
+                        "--format", "json")
+        load_synopsis(tmp_path / "s.json")
+    body = json.loads(proc_json.stdout)
+    assert body["reconstructed"] is True and body["privacy"]["private"] is False
+    proc = cli("query", tmp_path / "s.json", "--attributes", ",".join(pairs[0]), "--std",
+               "--replicates", 5)
+    assert proc.returncode == 0, proc.stderr
+    assert "model-based" in proc.stdout.splitlines()[0]
+
+
+def test_uniform_measures_nothing():
+    data = Dataset.from_frame(people(100), DOMAIN)
+    table = make("uni", epsilon=1.0, k=2).run(data).marginal(["sex"])
+    assert table.measured == () and table.reconstructed is True
+
+
+# -- central k-tuple releases open in query and synthesize -----------------------------------
+def test_query_and_synthesize_open_central_releases(tmp_path):
+    csv = tmp_path / "baskets.csv"
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"color": rng.choice(["red", "blue"], 3000),
+                          "size": rng.choice(["S", "M"], 3000)})
+    frame.to_csv(csv, index=False)
+    out = tmp_path / "k.json"
+    proc = cli("central", "--data", csv, "--epsilon", 2, "--delta", 1e-6, "--max-k", 2,
+               "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    body = json.loads(out.read_text())
+    assert body["format"] == "dpmarginals.ktuples" and body["privacy"]["private"] is True
+    assert body["privacy"]["model"] == "central" and body["privacy"]["delta"] == 1e-6
+    proc = cli("query", out, "--attributes", "color,size", "--format", "csv")
+    assert proc.returncode == 0, proc.stderr
+    tuples = pd.read_csv(__import__("io").StringIO(proc.stdout))
+    assert list(tuples.columns) == ["color", "size", "count"] and len(tuples) == 4
+    assert abs(tuples["count"].sum() - 3000) < 300
+    proc = cli("synthesize", out, "--n", 10, "--out", tmp_path / "x.csv")
+    one_error_line(proc, "k-tuple release", "not a model")
