@@ -11,6 +11,7 @@ import sys
 import pandas as pd
 import pytest
 
+from command_line import dpmarginals, one_error_line
 from dpmarginals.cli import main
 
 HAS_DATA = bool(os.environ.get("DPMARGINALS_DATA"))
@@ -58,7 +59,8 @@ def test_run_on_a_csv_and_query_the_synopsis(capsys, tmp_path):
     syn = tmp_path / "syn.json"
     code, out, err = run_cli(capsys, "run", "--dataset", str(csv), "--domain", str(dom),
                              "--method", "calm", "--epsilon", "1.0", "--k", "2",
-                             "--queries", "3", "--seed", "1", "--out", str(syn), "--json")
+                             "--queries", "3", "--seed", "1", "--out", str(syn), "--simulation",
+                             "--json")
     assert code == 0, err
     result = json.loads(out)
     assert {"method", "sse_mean", "sse_std", "uniform_sse_mean", "seconds", "l", "m"} <= set(result)
@@ -93,7 +95,7 @@ def test_value_out_of_domain_and_malformed_domain(capsys, tmp_path):
     dom.write_text(json.dumps({"a": 2, "b": 2}))
     code, _, err = run_cli(capsys, "run", "--dataset", str(csv), "--domain", str(dom),
                            "--epsilon", "1", "--k", "1")
-    assert code == 2 and "value 5 of attribute 'a'" in err and len(err.splitlines()) == 1
+    assert code == 2 and "column 'a' row 2: value 5 is not in" in err and len(err.splitlines()) == 1
     dom.write_text("{\"a\": 2, ")
     code, _, err = run_cli(capsys, "run", "--dataset", str(csv), "--domain", str(dom),
                            "--epsilon", "1", "--k", "1")
@@ -121,3 +123,14 @@ def test_run_on_real_msnbc(capsys):
     assert code == 0, err
     result = json.loads(out)
     assert result["sse_mean"] * 10 < result["uniform_sse_mean"]
+
+
+def test_huge_epsilon_is_refused_in_one_line(tmp_path):
+    csv, dom = tmp_path / "people.csv", tmp_path / "domain.json"
+    pd.DataFrame({"a": [0, 1, 1, 0] * 50, "b": [0, 1, 2, 2] * 50}).to_csv(csv, index=False)
+    dom.write_text(json.dumps({"a": 2, "b": 3}))
+    base = ["run", "--dataset", csv, "--domain", dom, "--k", "2", "--queries", "5"]
+    one_error_line(dpmarginals(*base, "--epsilon", "1000"), "epsilon", "100", "1000")
+    proc = dpmarginals(*base, "--epsilon", "100", "--json")
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert json.loads(proc.stdout)["sse_mean"] < 1e-20

@@ -229,7 +229,7 @@ def test_cli_errors_are_one_line(capsys):
                         (("experiment",), "name an experiment"),
                         (("experiment", "calm-fig4", "--jobs", "0"), "expected a whole number"),
                         (("synthesize", "missing.json", "--n", "5", "--out", "x.csv"),
-                         "cannot read synopsis")):
+                         "cannot read 'missing.json'")):
         code, _, err = run_cli(capsys, *argv)
         assert code == 2, argv
         assert len(err.strip().splitlines()) == 1 and match in err, err

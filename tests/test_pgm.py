@@ -116,10 +116,11 @@ def test_missing_extra_is_a_clear_error(monkeypatch, capsys, tmp_path):
     hide_mbi(monkeypatch)
     with pytest.raises(DPMarginalsError, match=r"pip install 'dpmarginals\[pgm\]'"):
         require_mbi()
-    csv = tmp_path / "d.csv"
+    csv, dom = tmp_path / "d.csv", tmp_path / "d.json"
     _write_csv(csv)
-    code = main(["run", "--dataset", str(csv), "--method", "calm-pgm", "--epsilon", "1",
-                 "--k", "2", "--json"])
+    dom.write_text(__import__("json").dumps({f"a{j}": 2 for j in range(3)}))
+    code = main(["run", "--dataset", str(csv), "--domain", str(dom), "--method", "calm-pgm",
+                 "--epsilon", "1", "--k", "2", "--json"])
     err = capsys.readouterr().err
     assert code == 2 and "dpmarginals[pgm]" in err and len(err.strip().splitlines()) == 1
 

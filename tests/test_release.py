@@ -292,3 +292,30 @@ def test_query_and_synthesize_open_central_releases(tmp_path):
     assert abs(tuples["count"].sum() - 3000) < 300
     proc = cli("synthesize", out, "--n", 10, "--out", tmp_path / "x.csv")
     one_error_line(proc, "k-tuple release", "not a model")
+
+
+# -- the service answers with the plan's labels and marks its synopsis private ---------------
+def test_service_answers_show_the_users_values(tmp_path):
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from dpmarginals.client import make_reports
+    from dpmarginals.service import synopsis_from_reports
+    from dpmarginals.service.app import create_app
+
+    data = Dataset.from_frame(people(3000), DOMAIN)
+    plan = CALM(epsilon=1.0, k=2).plan(data.domain, data.n)
+    reports = make_reports(plan, data.codes, max_epsilon=1.0, rng=0)
+    assert synopsis_from_reports(plan, reports).privacy.private is True
+    token = {"Authorization": "Bearer t0ken-for-tests-0123456789"}
+    app = create_app(tmp_path / "s.db", admin_token=token["Authorization"].split()[1])
+    with TestClient(app) as api:
+        r = api.post("/campaigns", json={"id": "p", "plan": plan.to_dict()}, headers=token)
+        assert r.status_code == 201, r.text
+        r = api.post("/campaigns/p/reports/batch", json={"reports": reports})
+        assert r.status_code < 300, r.text
+        body = api.get("/campaigns/p/marginals", params={"attributes": "income,sex"}).json()
+        assert body["labels"] == {"income": ["low", "mid", "high"], "sex": ["f", "m"]}
+        csv = api.get("/campaigns/p/marginals",
+                      params={"attributes": "income", "format": "csv"}).text
+        assert csv.splitlines()[1].startswith("low,")

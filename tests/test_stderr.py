@@ -223,7 +223,7 @@ def test_query_command_prints_std(capsys, tmp_path):
     frame.to_csv(csv, index=False)
     dom.write_text(json.dumps({"a": 2, "b": 3, "c": 2}))
     assert main(["run", "--dataset", str(csv), "--domain", str(dom), "--epsilon", "1.0",
-                 "--k", "2", "--queries", "2", "--out", str(syn), "--json"]) == 0
+                 "--k", "2", "--queries", "2", "--out", str(syn), "--simulation", "--json"]) == 0
     capsys.readouterr()
     assert main(["query", str(syn), "--attributes", "b,a", "--format", "csv", "--std"]) == 0
     table = pd.read_csv(io.StringIO(capsys.readouterr().out))

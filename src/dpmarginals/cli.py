@@ -29,8 +29,22 @@ __all__ = ["main"]
 
 # -- commands -------------------------------------------------------------------------
 def _cmd_datasets(args: argparse.Namespace) -> int:
-    from .datasets import describe
+    from .datasets import describe, load
 
+    if args.export is not None:
+        if args.out is None:
+            raise DPMarginalsError("--export needs --out FILE.csv")
+        data = load(args.export, data_home=args.data_home)
+        out = Path(args.out)
+        domain_path = out.with_name(out.name.split(".")[0] + "-domain.json")
+        try:
+            data.to_frame(labels=True).to_csv(out, index=False)
+            data.domain.save(domain_path)
+        except OSError as exc:
+            raise DPMarginalsError(f"cannot write {str(out)!r}: {exc.strerror or exc}") from None
+        print(f"wrote {data.n:,} rows of {data.name} ({', '.join(data.domain.attributes)}) to "
+              f"{out}, its domain to {domain_path}")
+        return 0
     frame = describe(data_home=args.data_home)
     if args.json:
         print(frame.to_json(orient="records"))
@@ -354,6 +368,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-home", default=None,
                    help="data directory (default: $DPMARGINALS_DATA, then the user cache)")
     p.add_argument("--json", action="store_true", help="print JSON records")
+    p.add_argument("--export", default=None, metavar="NAME",
+                   help="write data set NAME as a CSV of its values (--out) and its domain "
+                   "JSON beside it (FILE-domain.json), e.g. to try `release` on it")
+    p.add_argument("--out", default=None, metavar="FILE.csv", help="with --export: the CSV")
     p.set_defaults(func=_cmd_datasets)
 
     p = sub.add_parser("plan", help="CALM's choice of marginal size l and count m (Alg. 1)",

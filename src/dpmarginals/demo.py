@@ -39,11 +39,7 @@ def run_demo(*, epsilon: float = 1.0, k: int = 2, seed: int | None = None,
     for attrs in queries[:shown_queries]:
         true = data.marginal(attrs).to_frame("true")
         est = synopsis.marginal(attrs).to_frame("estimated")
-        frame = true.merge(est, on=list(attrs))
-        for a in attrs:
-            labels = data.labels.get(a)
-            if labels is not None:
-                frame[a] = [labels[v] for v in frame[a]]
+        frame = true.merge(est, on=list(attrs))  # both carry the data's own labels
         print_fn("")
         print_fn(frame.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     errors = evaluate(synopsis, data, queries)

@@ -38,6 +38,7 @@ def synopsis_from_counts(
     """
     from ..local.calm import consistent_synopsis
     from ..local.collect import estimate_views
+    from ..provenance import Provenance
     from ..stderr import collection_info
 
     users = np.asarray(users, dtype=np.int64)
@@ -53,7 +54,13 @@ def synopsis_from_counts(
                             "groups_reporting": len(keep),
                             "oracles": sorted({g.oracle for g in plan.groups}),
                             **collection_info(sub, views)}  # for standard errors
-    return consistent_synopsis(plan.domain, views, plan.method, info, max_rounds=max_rounds)
+    synopsis = consistent_synopsis(plan.domain, views, plan.method, info,
+                                   max_rounds=max_rounds)
+    synopsis.provenance = Provenance(
+        True, "local", plan.method, plan.epsilon, plan_hash=plan.hash,
+        unit="one device: each report is one device's record, randomized on the device",
+        randomness="each client's device (dpmarginals.client draws from the OS CSPRNG)")
+    return synopsis
 
 
 def synopsis_from_reports(
