@@ -441,6 +441,24 @@ def test_adaptive_and_best_oracle():
         assert all(chosen.variance(1) <= make_oracle(c, eps, size).variance(1) for c in NAMES[:4])
 
 
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("eps", [1000.0, 1e308])
+def test_huge_epsilon_gives_finite_probabilities(name, eps):
+    # e^eps overflows a float above eps ~ 709.8: every probability is built from e^-eps.
+    oracle = make_oracle(name, eps, 6)
+    assert 0.0 <= oracle.q < oracle.p <= 1.0
+    assert math.isfinite(oracle.variance(10)) and math.isfinite(oracle.report_bits)
+    counts = np.array([3, 0, 2, 0, 0, 1])
+    for support in (oracle.sample_support(counts, rng=0),
+                    oracle.support(oracle.perturb(np.repeat(np.arange(6), counts), rng=0))):
+        assert np.isfinite(oracle.estimate(support, 6)).all()
+    if name in ("grr", "olh"):  # p = 1, q = 0: the reports are the values
+        assert oracle.estimate(oracle.sample_support(counts, rng=1), 6) == pytest.approx(
+            counts / 6)
+    assert adaptive_oracle(eps, 2**40).name == "grr"
+
+
 def test_fwht_matches_sylvester_matrix():
     vec = np.random.default_rng(0).integers(-5, 6, 16)
     np.testing.assert_array_equal(fwht(vec), hadamard(16) @ vec)

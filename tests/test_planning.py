@@ -254,3 +254,11 @@ def test_error_function_validation() -> None:
         select_marginals(8, 3, 2, 29)
     with pytest.raises(DPMarginalsError, match="k"):
         select_marginals(8, 9, 2, 2)
+
+
+@pytest.mark.parametrize("eps", [1000.0, 1e308])
+def test_huge_epsilon_plans_without_overflow(eps) -> None:
+    # Algorithm 1's noise error is 0 once e^-eps underflows: one group of the largest l.
+    assert noise_error(N16, 8, eps, 3) == 0.0
+    c = choose_marginals(N16, 8, eps, 3)
+    assert (c.l, c.m, c.oracle) == (8, 1, "grr")

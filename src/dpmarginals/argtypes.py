@@ -1,4 +1,9 @@
-"""argparse pieces shared by every ``dpmarginals`` subcommand: one-line errors, value types."""
+"""argparse pieces shared by every ``dpmarginals`` subcommand: one-line errors, value types.
+
+``--epsilon`` is refused above :data:`MAX_EPSILON`: the library's oracles and planning are
+finite for any finite budget, but a budget that large protects nobody (a report is e^100
+times likelier under the true value), and some methods' error formulas still use e^eps.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +13,19 @@ from typing import NoReturn
 
 from .errors import DPMarginalsError, check_epsilon
 
-__all__ = ["OneLineParser", "epsilon", "number_in", "open_fraction", "positive_int", "seed",
-           "validated"]
+__all__ = ["MAX_EPSILON", "OneLineParser", "epsilon", "number_in", "open_fraction",
+           "positive_int", "seed", "validated"]
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse whose usage errors are one line: ``PROG: error: ... (see --help)``."""
+    """argparse whose usage errors are one line: ``dpmarginals: error: ... (see PROG --help)``.
+
+    Subcommands' errors start with the program's name alone, like every other error.
+    """
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        program = self.prog.split()[0] if self.prog else "dpmarginals"
+        self.exit(2, f"{program}: error: {message} (see {self.prog} --help)\n")
 
 
 def validated(check: Callable[[str], object]) -> Callable[[str], object]:
@@ -70,5 +79,19 @@ def number_in(low: float, high: float, *, low_open: bool = True,
     return convert
 
 
-epsilon = validated(check_epsilon)
+#: The largest privacy budget the command line accepts.
+MAX_EPSILON = 100.0
+
+
+def _cli_epsilon(text: str) -> float:
+    """A privacy budget: finite, > 0 and at most :data:`MAX_EPSILON`."""
+    value = check_epsilon(text)
+    if value > MAX_EPSILON:
+        raise DPMarginalsError(
+            f"epsilon must be at most {MAX_EPSILON:g} (beyond that the randomization "
+            f"protects nobody), got {text}")
+    return value
+
+
+epsilon = validated(_cli_epsilon)
 open_fraction = number_in(0.0, 1.0)

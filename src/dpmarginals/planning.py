@@ -70,6 +70,7 @@ from .covering import (
     covering_size,
 )
 from .errors import DPMarginalsError, check_epsilon, check_positive_int
+from .oracles import grr_beats_oue
 from .randomness import RNGLike
 
 __all__ = [
@@ -121,9 +122,13 @@ def expected_cells(sizes: Sequence[int], l: int) -> float:
 
 def _fo_factor(epsilon: float, cells: float) -> float:
     """min(4 e^eps, L - 2 + e^eps) / (e^eps - 1)^2: the per-cell FO variance times n
-    for the better of OUE and GRR (CALM eq. 3)."""
-    e = math.exp(epsilon)
-    return min(4.0 * e, cells - 2.0 + e) / math.expm1(epsilon) ** 2
+    for the better of OUE and GRR (CALM eq. 3).
+
+    Computed with t = e^-eps (numerator and denominator divided by e^{2 eps}) so that it
+    is finite for every finite eps.
+    """
+    t = math.exp(-epsilon)
+    return min(4.0 * t, (cells - 2.0) * t * t + t) / math.expm1(-epsilon) ** 2
 
 
 def _check_cells(cells: float) -> float:
@@ -169,7 +174,7 @@ def sampling_error(n: int, m: int) -> float:
 
 def _oracle(epsilon: float, cells: float) -> str:
     """CALM §2.2.3: GRR has the smaller variance when L - 2 < 3 e^eps, else OUE."""
-    return GRR if cells - 2.0 < 3.0 * math.exp(epsilon) else OUE
+    return GRR if grr_beats_oue(epsilon, cells) else OUE
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,12 @@ Every oracle is a frozen dataclass ``(epsilon, size)`` with ``p``, ``q``, ``name
 ``support`` / ``estimate`` (aggregator), ``variance``, ``output_distribution`` (exact,
 for privacy checks) and ``sample_support`` (exact aggregate sampler for simulation).
 
+**Large budgets.**  Every probability is computed from e^-eps (:func:`grr_probabilities`),
+never from e^eps, so the oracles work for any finite eps: at eps = 1000 or 1e308, p = 1
+(or 1/2 for OUE's own bit) and q = 0 instead of an ``OverflowError``; OLH's hash range
+stops growing at its prime.  The command line additionally refuses eps above
+:data:`dpmarginals.argtypes.MAX_EPSILON` (no privacy is left long before that).
+
 >>> oracle = adaptive_oracle(1.0, 4)
 >>> oracle.name
 'grr'
@@ -26,11 +32,10 @@ for privacy checks) and ``sample_support`` (exact aggregate sampler for simulati
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 
 from ..errors import DPMarginalsError, check_epsilon
-from ._base import FrequencyOracle, check_size
+from ._base import FrequencyOracle, check_size, grr_beats_oue, grr_probabilities
 from .grr import GRR
 from .hr import HR, fwht
 from .olh import OLH
@@ -48,6 +53,8 @@ __all__ = [
     "bernoulli_words",
     "best_oracle",
     "fwht",
+    "grr_beats_oue",
+    "grr_probabilities",
     "make_oracle",
 ]
 
@@ -79,7 +86,7 @@ def adaptive_oracle(epsilon: float, size: int) -> FrequencyOracle:
     ('grr', 'oue')
     """
     eps, size = check_epsilon(epsilon), check_size(size)
-    return GRR(eps, size) if size - 2 < 3 * math.exp(eps) else OUE(eps, size)
+    return GRR(eps, size) if grr_beats_oue(eps, size) else OUE(eps, size)
 
 
 def best_oracle(

@@ -9,6 +9,7 @@ serve all of them (CALM §2.2, eqs. 1-2; Wang et al. eq. (2) and Thm. 2).
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
@@ -29,6 +30,30 @@ def check_size(size: object) -> int:
     if size < 2:
         raise DPMarginalsError(f"size must be an integer >= 2, got {size!r}")
     return int(size)
+
+
+def grr_probabilities(epsilon: float, size: int) -> tuple[float, float]:
+    """(p, q) of randomized response on ``size`` values, finite for every finite epsilon.
+
+    p = e^eps / (e^eps + L - 1) and q = 1 / (e^eps + L - 1), computed as
+    1 / (1 + (L - 1) t) and t / (1 + (L - 1) t) with t = e^-eps, which never overflows
+    (t underflows to 0 for eps > ~745: p = 1, q = 0).
+
+    >>> grr_probabilities(1000.0, 4)
+    (1.0, 0.0)
+    """
+    t = math.exp(-epsilon)
+    den = 1.0 + (size - 1) * t
+    return 1.0 / den, t / den
+
+
+def grr_beats_oue(epsilon: float, cells: float) -> bool:
+    """CALM §2.2.3: GRR has the smaller variance when L - 2 < 3 e^eps (as (L-2) e^-eps < 3).
+
+    >>> grr_beats_oue(1.0, 10), grr_beats_oue(1.0, 11), grr_beats_oue(1e308, 2**60)
+    (True, False, True)
+    """
+    return (cells - 2) * math.exp(-epsilon) < 3
 
 
 def check_users(n: object, field: str = "n") -> int:

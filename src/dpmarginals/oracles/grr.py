@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -11,7 +10,15 @@ from numpy.typing import ArrayLike
 
 from ..errors import DPMarginalsError
 from ..randomness import RNGLike, client_rng, simulation_rng
-from ._base import FrequencyOracle, as_counts, as_value, as_values, check_range, grr_move
+from ._base import (
+    FrequencyOracle,
+    as_counts,
+    as_value,
+    as_values,
+    check_range,
+    grr_move,
+    grr_probabilities,
+)
 
 __all__ = ["GRR"]
 
@@ -39,13 +46,12 @@ class GRR(FrequencyOracle):
     @property
     def p(self) -> float:
         """e^eps / (e^eps + L - 1) (CALM §2.2.1)."""
-        e = math.exp(self.epsilon)
-        return e / (e + self.size - 1)
+        return grr_probabilities(self.epsilon, self.size)[0]
 
     @property
     def q(self) -> float:
         """1 / (e^eps + L - 1) (CALM §2.2.1)."""
-        return 1.0 / (math.exp(self.epsilon) + self.size - 1)
+        return grr_probabilities(self.epsilon, self.size)[1]
 
     @property
     def report_bits(self) -> int:

@@ -20,7 +20,6 @@ C(x) = (n + (H S)[x + 1]) / 2.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -35,6 +34,7 @@ from ._base import (
     as_value,
     as_values,
     check_range,
+    grr_probabilities,
     parity,
 )
 
@@ -86,8 +86,7 @@ class HR(FrequencyOracle):
     @property
     def p(self) -> float:
         """e^eps / (1 + e^eps): the sign is kept (binary RR)."""
-        e = math.exp(self.epsilon)
-        return e / (1 + e)
+        return grr_probabilities(self.epsilon, 2)[0]
 
     @property
     def q(self) -> float:

@@ -35,6 +35,7 @@ from ._base import (
     as_values,
     check_range,
     grr_move,
+    grr_probabilities,
 )
 
 __all__ = ["OLH"]
@@ -97,20 +98,24 @@ class OLH(FrequencyOracle):
 
     @property
     def g(self) -> int:
-        """Hash range round(e^eps) + 1 (Wang et al. 2017, §4.4)."""
-        return round(math.exp(self.epsilon)) + 1
+        """Hash range round(e^eps) + 1 (Wang et al. 2017, §4.4), at most P.
+
+        The hashed values lie in [0, P), so a larger range (eps > ln P ~ 21.5) adds nothing.
+        """
+        if self.epsilon >= math.log(PRIME):
+            return PRIME
+        return min(round(math.exp(self.epsilon)) + 1, PRIME)
 
     @property
     def p(self) -> float:
         """e^eps / (e^eps + g - 1): the report keeps H(v)."""
-        e = math.exp(self.epsilon)
-        return e / (e + self.g - 1)
+        return grr_probabilities(self.epsilon, self.g)[0]
 
     @property
     def q(self) -> float:
         """P[report supports another value] = q_g + c (p - q_g), c ~ 1/g (exact for the family)."""
-        q_g = 1.0 / (math.exp(self.epsilon) + self.g - 1)
-        return q_g + _collision_probability(self.g) * (self.p - q_g)
+        p, q_g = grr_probabilities(self.epsilon, self.g)
+        return q_g + _collision_probability(self.g) * (p - q_g)
 
     @property
     def report_bits(self) -> int:

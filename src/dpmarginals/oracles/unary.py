@@ -18,7 +18,6 @@ exactly Bernoulli(q) for the float q (no 2^-53 rounding of ``random() < q``).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -27,7 +26,7 @@ from numpy.typing import ArrayLike
 
 from ..errors import DPMarginalsError
 from ..randomness import RandomSource, RNGLike, client_rng, simulation_rng
-from ._base import FrequencyOracle, as_counts, as_value, as_values
+from ._base import FrequencyOracle, as_counts, as_value, as_values, grr_probabilities
 
 __all__ = ["OUE", "SUE", "bernoulli_words"]
 
@@ -204,7 +203,7 @@ class OUE(_UnaryEncoding):
     @property
     def q(self) -> float:
         """1 / (e^eps + 1) (CALM §2.2.2)."""
-        return 1.0 / (math.exp(self.epsilon) + 1)
+        return grr_probabilities(self.epsilon, 2)[1]
 
 
 @dataclass(frozen=True)
@@ -222,10 +221,9 @@ class SUE(_UnaryEncoding):
     @property
     def p(self) -> float:
         """e^{eps/2} / (1 + e^{eps/2})."""
-        h = math.exp(self.epsilon / 2)
-        return h / (1 + h)
+        return grr_probabilities(self.epsilon / 2, 2)[0]
 
     @property
     def q(self) -> float:
         """1 / (1 + e^{eps/2})."""
-        return 1.0 / (1 + math.exp(self.epsilon / 2))
+        return grr_probabilities(self.epsilon / 2, 2)[1]
