@@ -15,11 +15,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpmarginals import CALM, Dataset, Domain, load_synopsis, make
+from dpmarginals import CALM, Dataset, Domain, load_synopsis, make, release
 from dpmarginals.errors import DPMarginalsError, PrivacyLeakWarning
 from dpmarginals.provenance import NotPrivateWarning
 from dpmarginals.randomness import SecureRandom
-from dpmarginals.release import release
 
 DOMAIN = {"education": ["school", "college", "phd"], "income": ["low", "mid", "high"],
           "sex": ["f", "m"], "age": {"bins": [18, 30, 45, 65, 90]}, "smoker": ["no", "yes"]}

@@ -2,7 +2,7 @@
 
 The names below are imported lazily, so ``import dpmarginals`` stays cheap.
 
->>> from dpmarginals import CALM, Dataset, Domain, MarginalTable, make
+>>> from dpmarginals import CALM, Dataset, Domain, MarginalTable, make, release
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ _EXPORTS = {
     "Synopsis": "synopsis",
     "load_synopsis": "synopsis",
     "make": "methods",
+    "release": "private_release",
 }
 
 __all__ = [*sorted(_EXPORTS), "__version__"]

@@ -145,7 +145,7 @@ def _load_data(args: argparse.Namespace) -> Any:
 
 def _method_params(args: argparse.Namespace) -> dict[str, Any]:
     params: dict[str, Any] = {"epsilon": args.epsilon, "k": args.k}
-    for key in ("theta", "m", "l", "oracle", "inference"):
+    for key in ("theta", "m", "l", "oracle", "inference", "postprocess"):
         value = getattr(args, key, None)
         if value is not None:
             params[key] = value
@@ -203,6 +203,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
             f"{args.repeats} run(s), the last saved); do not publish it",
             plan_hash=info.get("plan_hash"), randomness=f"numpy generator, seed {args.seed}")
         synopsis.save(args.out)
+    if getattr(method, "postprocess", None) == "none":
+        print(f"dpmarginals: note: {args.method}'s answers are raw unbiased estimates, not "
+              "distributions (cells can be negative, so SSE and TVD can exceed Uniform's and "
+              "TVD can exceed 1); --postprocess norm_sub makes them distributions",
+              file=sys.stderr)
     if info.get("consistent") is False:
         print(f"dpmarginals: note: consistency stopped after {info['consistency_rounds']} rounds "
               f"(max inconsistency {info['max_inconsistency']:.2g}, min cell "
@@ -287,9 +292,10 @@ def _query_tuples(release: Any, attrs: list[str], args: argparse.Namespace) -> i
 
 
 def _cmd_release(args: argparse.Namespace) -> int:
-    from .release import release
+    from .private_release import release
 
-    params = {key: getattr(args, key) for key in ("theta", "m", "l", "oracle", "inference")
+    params = {key: getattr(args, key) for key in ("theta", "m", "l", "oracle", "inference",
+                                                   "postprocess")
               if getattr(args, key) is not None}
     synopsis = release(args.data, args.domain, method=args.method, epsilon=args.epsilon,
                        k=args.k, domain_from_data=args.domain_from_data,
@@ -360,6 +366,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--l", type=_positive_int, default=None, help="override the marginal size")
     p.add_argument("--oracle", default=None, help="adaptive (default), best, grr, oue, olh or hr")
     p.add_argument("--inference", default=None, help="consistency (default) or pgm")
+    p.add_argument("--postprocess", choices=("none", "norm_sub"), default=None,
+                   help="ft, am and marg_*: make each table a distribution (norm_sub, the "
+                   "default here) or publish the raw unbiased estimates (none)")
     p.add_argument("--out", required=True, metavar="RELEASE.json", help="where to save it")
     p.set_defaults(func=_cmd_release)
 
@@ -427,6 +436,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how the noisy marginals become answers: pgm (shrinkage + a graphical "
                    "model, needs the 'pgm' extra) for calm, am, marg_rr, marg_ps and marg_ht; "
                    "default consistency (calm) or views (the others)")
+    p.add_argument("--postprocess", choices=("none", "norm_sub"), default=None,
+                   help="ft, am and marg_*: raw unbiased estimates (none, the papers' "
+                   "default: cells may be negative, so TVD can exceed 1) or distributions "
+                   "(norm_sub)")
     p.add_argument("--per-user", action="store_true",
                    help="randomize every user's record (slower) instead of sampling the "
                    "aggregate counts from their exact distribution")

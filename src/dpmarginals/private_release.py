@@ -51,7 +51,8 @@ def release(
     required unless ``data`` is a :class:`Dataset` (whose domain was declared when it was
     built) or ``domain_from_data=True`` (which reads it off the data, with a
     :class:`PrivacyLeakWarning`).  ``params`` go to the method (e.g. ``m``, ``l``,
-    ``oracle``, ``inference``); a seed or ``per_user=False`` is refused.
+    ``oracle``, ``inference``, ``postprocess``: methods that have it publish Norm-Sub'ed
+    tables unless ``postprocess="none"``); a seed or ``per_user=False`` is refused.
     """
     from .methods import make
 
@@ -66,6 +67,8 @@ def release(
     central = name in CENTRAL_METHODS
     extra: dict[str, Any] = {"sampler": "opendp"} if central else {"per_user": True}
     algo = make(name, epsilon=epsilon, k=k, **extra, **params)
+    if "postprocess" not in params and hasattr(algo, "postprocess"):
+        algo.postprocess = "norm_sub"  # a published table is a distribution (FT, AM, Marg*)
     synopsis = algo.run(dataset, rng=None)
     info = getattr(synopsis, "info", {})
     info.pop("stage_seconds", None)  # timings depend on the data and are not protected
