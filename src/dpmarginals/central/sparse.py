@@ -314,6 +314,8 @@ def resolve_data(spec: str, data_home: str | None = None) -> SparseRecords:
     ``adult`` as records with every column non-empty), found in the data home
     (``$DPMARGINALS_DATA``, then the user cache) or downloaded when online."""
     path = Path(spec).expanduser()
+    if path.is_dir():
+        raise DPMarginalsError(f"{spec!r} is a directory, not a data file")
     if path.exists():
         return read_records(path)
     try:

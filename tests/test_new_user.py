@@ -1,0 +1,57 @@
+"""Issue #19: what a new user tripped over in the CLI, each run as the real command."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pandas as pd
+
+
+def cli(*args: object) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dpmarginals.cli", *map(str, args)],
+                          capture_output=True, text=True, timeout=300)
+
+
+def one_error_line(proc: subprocess.CompletedProcess, *words: str) -> None:
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dpmarginals: error:"), proc.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+def test_a_directory_as_data_is_one_line(tmp_path):
+    one_error_line(cli("run", "--dataset", tmp_path, "--k", 2, "--epsilon", 1),
+                   "is a directory")
+    one_error_line(cli("central", "--data", tmp_path, "--epsilon", 1, "--delta", 1e-9,
+                       "--max-k", 2), "is a directory")
+    one_error_line(cli("release", tmp_path, "--domain-from-data", "--epsilon", 1,
+                       "--out", tmp_path / "r.json"), "is a directory")
+
+
+def test_bare_command_is_a_usage_error():
+    proc = cli()
+    assert proc.returncode == 2 and "usage: dpmarginals" in proc.stderr and not proc.stdout
+
+
+def test_method_help_lists_the_methods():
+    from dpmarginals.methods import available
+
+    for command in ("run", "release"):
+        text = " ".join(cli(command, "--help").stdout.split())
+        assert all(name in text for name in available()), command
+
+
+def test_ft_raw_estimates_are_said_to_be_no_distributions(tmp_path):
+    csv, dom = tmp_path / "d.csv", tmp_path / "d.json"
+    pd.DataFrame({"a": [0, 1] * 200, "b": [0, 0, 1, 1] * 100, "c": [1, 0] * 200}).to_csv(
+        csv, index=False)
+    dom.write_text('{"a": 2, "b": 2, "c": 2}')
+    proc = cli("run", "--dataset", csv, "--domain", dom, "--method", "ft", "--k", 2,
+               "--epsilon", 1, "--queries", 3)
+    assert proc.returncode == 0 and "not distributions" in proc.stderr
+    assert "--postprocess norm_sub" in proc.stderr
+    proc = cli("run", "--dataset", csv, "--domain", dom, "--method", "ft", "--k", 2,
+               "--epsilon", 1, "--queries", 3, "--postprocess", "norm_sub")
+    assert proc.returncode == 0 and "not distributions" not in proc.stderr
