@@ -22,6 +22,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
+from command_line import dpmarginals, one_error_line
 from dpmarginals import cli
 from dpmarginals.central import (
     DPMarginals,
@@ -601,3 +602,12 @@ def test_real_data_sets_within_two_minutes(monkeypatch, capsys, name, n_items):
     assert res["found"][0] > 5 and res["spurious_fraction"][0] == 0.0
     if n_items:
         assert res["records"] == 989_818 and res["found"][0] == n_items
+
+
+@needs_opendp
+def test_cli_out_into_a_missing_folder_names_the_reason(planted_file, tmp_path):
+    out = tmp_path / "missing" / "res.json"
+    proc = dpmarginals("central", "--data", planted_file, "--epsilon", "1", "--delta", "1e-6",
+                       "--max-k", "1", "--seed", "0", "--out", out)
+    line = one_error_line(proc, str(out), "no such directory")
+    assert "None" not in line

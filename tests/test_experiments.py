@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from command_line import dpmarginals, one_error_line
 from dpmarginals.errors import DPMarginalsError
 from dpmarginals.experiments import (
     EXPERIMENTS,
@@ -270,3 +271,14 @@ def test_cli_synthesize(capsys, tmp_path):
                          str(tmp_path / "j.parquet"), "--degree", "joint",
                          "--attributes", "visits,coinsurance")
     assert code == 0 and pd.read_parquet(tmp_path / "j.parquet").shape == (50, 2)
+
+
+def test_synthesize_into_a_missing_folder_names_path_and_reason(tmp_path):
+    from dpmarginals import release
+    from dpmarginals.datasets import load
+
+    syn_path = tmp_path / "syn.json"
+    release(load("randhie", d=3), epsilon=1.0, k=2).save(syn_path)
+    proc = dpmarginals("synthesize", syn_path, "--n", "10", "--out", "/nonexistent/x.csv")
+    line = one_error_line(proc, "/nonexistent/x.csv", "no such directory '/nonexistent'")
+    assert "None" not in line

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import operator
+import os
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -14,6 +16,28 @@ class DPMarginalsError(ValueError):
 
 class DataNotFoundError(DPMarginalsError, FileNotFoundError):
     """A data set is not available locally and could not be downloaded."""
+
+
+def describe_os_error(exc: OSError, path: str | os.PathLike[str] | None = None) -> str:
+    """Why an OSError happened, as one readable phrase (for "cannot write PATH: ...").
+
+    ``exc.strerror`` is None when a library raises an OSError with a message only (pandas:
+    "Cannot save file into a non-existent directory"), so fall back to the message; when
+    ``path``'s folder is missing, say that.
+
+    >>> describe_os_error(OSError("boom")), describe_os_error(FileNotFoundError(2, "No such"))
+    ('boom', 'no such')
+    >>> describe_os_error(OSError(), "/nonexistent/x.csv")
+    "no such directory '/nonexistent'"
+    """
+    if path is not None:
+        parent = Path(path).parent
+        if not parent.exists():
+            return f"no such directory {str(parent)!r}"
+        if not parent.is_dir():
+            return f"{str(parent)!r} is not a directory"
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    return reason[:1].lower() + reason[1:]
 
 
 def check_epsilon(epsilon: float, field: str = "epsilon") -> float:

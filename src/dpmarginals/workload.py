@@ -55,7 +55,7 @@ import numpy as np
 
 from .covering import balanced_subsets, cover_design, covering_size
 from .domain import Domain
-from .errors import DPMarginalsError, check_epsilon, check_positive_int
+from .errors import DPMarginalsError, check_epsilon, check_positive_int, describe_os_error
 from .oracles import make_oracle
 from .plan import GroupSpec, Plan
 
@@ -117,7 +117,8 @@ def load_workload(path: str | Path, domain: Domain) -> Workload:
     try:
         body = json.loads(Path(path).read_text())
     except OSError as exc:
-        raise DPMarginalsError(f"cannot read workload {str(path)!r}: {exc.strerror}") from None
+        raise DPMarginalsError(f"cannot read workload {str(path)!r}: "
+                               f"{describe_os_error(exc, path)}") from None
     except json.JSONDecodeError as exc:
         raise DPMarginalsError(f"workload {str(path)!r} is not valid JSON: {exc}") from None
     return parse_workload(body, domain)

@@ -19,7 +19,7 @@ from ..argtypes import number_in, validated
 from ..argtypes import open_fraction as _open_fraction
 from ..argtypes import positive_int as _positive_int
 from ..argtypes import seed as _seed
-from ..errors import DPMarginalsError
+from ..errors import DPMarginalsError, describe_os_error
 from .accounting import ACCOUNTANTS, check_delta
 
 __all__ = ["register"]
@@ -101,7 +101,8 @@ def _cmd_central(args: argparse.Namespace) -> int:
         try:
             result.save(args.out)
         except OSError as exc:
-            raise DPMarginalsError(f"cannot write {args.out!r}: {exc.strerror}") from None
+            raise DPMarginalsError(f"cannot write {args.out!r}: "
+                                   f"{describe_os_error(exc, args.out)}") from None
     spurious = spurious_fraction(result, records)
     t_eval = time.perf_counter()
     found = result.found()

@@ -63,7 +63,7 @@ import numpy as np
 import pandas as pd
 
 from ..domain import Domain
-from ..errors import DPMarginalsError, check_epsilon
+from ..errors import DPMarginalsError, check_epsilon, describe_os_error
 from ..provenance import CENTRAL_UNIT, Provenance
 from ..randomness import RNGLike
 from ..table import MarginalTable
@@ -608,7 +608,7 @@ class DPMarginalsResult:
             Path(path).write_text(json.dumps(self.to_dict()))
         except OSError as exc:
             raise DPMarginalsError(f"cannot write {str(path)!r}: "
-                                   f"{exc.strerror or exc}") from None
+                                   f"{describe_os_error(exc, path)}") from None
 
     @classmethod
     def from_dict(cls, spec: dict[str, Any]) -> DPMarginalsResult:

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..argtypes import positive_int as _positive_int
 from ..argtypes import seed as _seed
-from ..errors import DPMarginalsError
+from ..errors import DPMarginalsError, describe_os_error
 
 __all__ = ["register"]
 
@@ -82,7 +82,8 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
         else:
             data.to_frame(labels=True).to_csv(out, index=False)
     except OSError as exc:
-        raise DPMarginalsError(f"cannot write {str(out)!r}: {exc.strerror}") from None
+        raise DPMarginalsError(f"cannot write {str(out)!r}: {describe_os_error(exc, out)}"
+                               ) from None
     print(f"wrote {data.n} synthetic records over {data.d} attributes to {out}",
           file=sys.stderr)
     return 0

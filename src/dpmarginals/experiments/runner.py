@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..errors import DPMarginalsError
+from ..errors import DPMarginalsError, describe_os_error
 
 __all__ = [
     "COMMON_COLUMNS",
@@ -230,7 +230,7 @@ def run_experiment(
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise DPMarginalsError(f"cannot create the output folder {str(out_dir)!r}: "
-                               f"{exc.strerror}") from None
+                               f"{describe_os_error(exc)}") from None
     results = out_dir / "results.csv"
     columns = experiment.all_columns
     tasks = experiment.tasks(quick)
