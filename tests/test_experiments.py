@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from pathlib import Path
 
@@ -262,14 +263,20 @@ def test_cli_synthesize(capsys, tmp_path):
     out = tmp_path / "fake.csv"
     code, _, err = run_cli(capsys, "synthesize", str(syn_path), "--n", "300", "--out",
                            str(out), "--seed", "4")
-    assert code == 0 and "300 synthetic records" in err
+    assert code == 2 and "not a private release" in err and not out.exists()
+    code, _, err = run_cli(capsys, "synthesize", str(syn_path), "--n", "300", "--out",
+                           str(out), "--seed", "4", "--simulation")
+    assert code == 0 and "300 synthetic records" in err and "NOT a private" in err
+    assert json.loads((tmp_path / "fake.csv.privacy.json").read_text())["privacy"][
+        "private"] is False
     first = pd.read_csv(out)
     assert first.shape == (300, 4)
-    run_cli(capsys, "synthesize", str(syn_path), "--n", "300", "--out", str(out), "--seed", "4")
+    run_cli(capsys, "synthesize", str(syn_path), "--n", "300", "--out", str(out), "--seed", "4",
+            "--simulation")
     pd.testing.assert_frame_equal(first, pd.read_csv(out))
     code, _, _ = run_cli(capsys, "synthesize", str(syn_path), "--n", "50", "--out",
                          str(tmp_path / "j.parquet"), "--degree", "joint",
-                         "--attributes", "visits,coinsurance")
+                         "--attributes", "visits,coinsurance", "--simulation")
     assert code == 0 and pd.read_parquet(tmp_path / "j.parquet").shape == (50, 2)
 
 

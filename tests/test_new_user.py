@@ -3,22 +3,14 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pandas as pd
 
+from command_line import dpmarginals, one_error_line
+
 
 def cli(*args: object) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dpmarginals.cli", *map(str, args)],
-                          capture_output=True, text=True, timeout=300)
-
-
-def one_error_line(proc: subprocess.CompletedProcess, *words: str) -> None:
-    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("dpmarginals: error:"), proc.stderr
-    for word in words:
-        assert word in lines[0], lines[0]
+    return dpmarginals(*args)
 
 
 def test_a_directory_as_data_is_one_line(tmp_path):

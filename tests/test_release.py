@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import warnings
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from command_line import dpmarginals, one_error_line
 from dpmarginals import CALM, Dataset, Domain, load_synopsis, make, release
 from dpmarginals.errors import DPMarginalsError, PrivacyLeakWarning
 from dpmarginals.provenance import NotPrivateWarning
@@ -42,18 +42,8 @@ def files(tmp_path):
     return csv, dom
 
 
-def cli(*args: str, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dpmarginals.cli", *map(str, args)],
-                          capture_output=True, text=True, cwd=cwd, timeout=300)
-
-
-def one_error_line(proc: subprocess.CompletedProcess, *words: str) -> None:
-    assert proc.returncode != 0
-    assert "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("dpmarginals: error:"), proc.stderr
-    for word in words:
-        assert word in lines[0]
+def cli(*args: object) -> subprocess.CompletedProcess:
+    return dpmarginals(*args)
 
 
 # -- 1. release vs. simulation ----------------------------------------------------------------

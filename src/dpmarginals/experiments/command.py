@@ -9,6 +9,7 @@ one line.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -69,6 +70,11 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
         raise DPMarginalsError(f"{args.synopsis!r} is a k-tuple release (`central`): it lists "
                                "frequent tuples, not a model of the table, so it cannot be "
                                "sampled from")
+    mark = synopsis.privacy
+    if not mark.private and not args.simulation:
+        raise DPMarginalsError(f"{args.synopsis!r} is not a private release ({mark.reason}); "
+                               "add --simulation to sample from it anyway (the records are "
+                               "then marked not private)")
     attrs = None
     if args.attributes:
         attrs = [a.strip() for a in args.attributes.split(",") if a.strip()]
@@ -84,8 +90,13 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise DPMarginalsError(f"cannot write {str(out)!r}: {describe_os_error(exc, out)}"
                                ) from None
-    print(f"wrote {data.n} synthetic records over {data.d} attributes to {out}",
-          file=sys.stderr)
+    sidecar = out.with_name(out.name + ".privacy.json")
+    sidecar.write_text(json.dumps({
+        "synthetic_from": str(args.synopsis), "records": data.n,
+        "privacy": mark.to_dict(), "note": "post-processing of the release: the same "
+        "guarantee" if mark.private else "sampled from a file that is NOT private"}, indent=1))
+    print(f"wrote {data.n} synthetic records over {data.d} attributes to {out} "
+          f"({mark.describe()}; see {sidecar.name})", file=sys.stderr)
     return 0
 
 
@@ -133,6 +144,8 @@ def register(subparsers: Any) -> None:
         "only: no privacy budget is spent. Writes integer codes as CSV (or Parquet).")
     p.add_argument("synopsis", help="synopsis JSON file")
     p.add_argument("--n", type=_positive_int, required=True, help="number of records")
+    p.add_argument("--simulation", action="store_true",
+                   help="sample from a synopsis that is not a private release (a simulation)")
     p.add_argument("--out", required=True, help="output file (.csv or .parquet)")
     p.add_argument("--seed", type=_seed, default=None,
                    help="make the sampling reproducible (default: fresh randomness)")
