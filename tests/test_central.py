@@ -611,3 +611,14 @@ def test_cli_out_into_a_missing_folder_names_the_reason(planted_file, tmp_path):
                        "--max-k", "1", "--seed", "0", "--out", out)
     line = one_error_line(proc, str(out), "no such directory")
     assert "None" not in line
+
+
+def test_cli_refuses_max_k_beyond_the_records_and_delta_not_below_one_over_n(tmp_path):
+    csv = tmp_path / "six.csv"
+    codes = np.random.default_rng(0).integers(0, 3, (2000, 6))
+    pd.DataFrame(codes, columns=list("abcdef")).to_csv(csv, index=False)
+    base = ["central", "--data", csv, "--epsilon", "1", "--seed", "0"]
+    one_error_line(dpmarginals(*base, "--delta", "1e-6", "--max-k", "1000000"),
+                   "--max-k 1000000", "longest record (6 items)")
+    one_error_line(dpmarginals(*base, "--delta", "0.5", "--max-k", "2"),
+                   "--delta 0.5", "1/n = 0.0005")

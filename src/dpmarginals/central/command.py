@@ -51,9 +51,10 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                    help="directory of the named data sets (default: $DPMARGINALS_DATA, "
                    "then the user cache)")
     p.add_argument("--epsilon", type=_epsilon, required=True, help="privacy budget epsilon > 0")
-    p.add_argument("--delta", type=_delta, required=True, help="privacy parameter delta in (0, 1)")
+    p.add_argument("--delta", type=_delta, required=True,
+                   help="privacy parameter delta, below 1/n (n = number of records)")
     p.add_argument("--max-k", type=_positive_int, required=True, metavar="T",
-                   help="largest tuple size to extract (T >= 1)")
+                   help="largest tuple size to extract (1 <= T <= the longest record)")
     p.add_argument("--eta", type=_open_fraction, default=0.1,
                    help="target fraction of spurious tuples (default 0.1)")
     p.add_argument("--percentile", type=_percent, default=99.0, metavar="Q",
@@ -87,13 +88,14 @@ def _cmd_central(args: argparse.Namespace) -> int:
     from .sparse import resolve_data
 
     start = time.perf_counter()
+    records = resolve_data(args.data, args.data_home)
+    t_read = time.perf_counter()
+    _check_against_data(args.max_k, args.delta, records)
     algo = DPMarginals(
         epsilon=args.epsilon, delta=args.delta, max_k=args.max_k, eta=args.eta,
         percentile=args.percentile, accountant=args.accountant,
         no_spurious=args.no_spurious, max_contribution=args.max_contribution,
     )
-    records = resolve_data(args.data, args.data_home)
-    t_read = time.perf_counter()
     simulation = args.seed is not None
     result = algo.fit(records, rng=args.seed, simulation=simulation, engine=args.engine)
     t_fit = time.perf_counter()
@@ -147,6 +149,27 @@ def _cmd_central(args: argparse.Namespace) -> int:
           f"{out['release_seconds']:.2f} s, evaluation {out['evaluation_seconds']:.2f} s){saved}")
     sys.stdout.flush()
     return 0
+
+
+def _check_against_data(max_k: int, delta: float, records: Any) -> None:
+    """Refuse a ``--max-k`` above the longest record and a ``--delta`` not below 1/n.
+
+    No record holds a tuple longer than itself, and every level takes a share of the budget.
+    A delta >= 1/n permits publishing a whole record (OpenDP: delta should be well below
+    1/n).  Only the curator, who holds the data, sees these errors; nothing is released.
+    """
+    longest = int(records.lengths().max(initial=0))
+    if longest and max_k > longest:
+        raise DPMarginalsError(
+            f"--max-k {max_k} is more than the longest record ({longest} items): no record "
+            f"holds a {longest + 1}-tuple and each extra level costs budget; use --max-k "
+            f"{longest} or less")
+    n = records.n
+    if n and delta * n >= 1:
+        hint = min(1e-6, 10.0 ** math.floor(-2 * math.log10(n)))
+        raise DPMarginalsError(
+            f"--delta {delta:g} is not below 1/n = {1 / n:.3g} ({n:,} records): such a delta "
+            f"permits publishing whole records; use one well below 1/n, e.g. {hint:g}")
 
 
 def _finite(x: float) -> float | None:
