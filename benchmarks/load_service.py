@@ -188,7 +188,7 @@ def main() -> None:
     total = args.count + args.single_count + serial_count
     records = rng.integers(0, domain.sizes, size=(total, len(domain)))
     print(f"making {total:,} reports ...", file=sys.stderr)
-    reports = make_reports(plan, records, rng=rng)
+    reports = make_reports(plan, records, max_epsilon=1.0, rng=rng)
     batched = reports[: args.count]
     singles = reports[args.count : args.count + args.single_count]
     serials = reports[args.count + args.single_count :]

@@ -35,6 +35,7 @@ from dpmarginals.reports import REPORT_KEYS, PlanCodec, ReportError, support_cou
 SRC = Path(__file__).resolve().parents[1] / "src"
 DOMAIN = Domain(("a", "b", "c"), (2, 3, 5))
 ORACLES = ("grr", "oue", "sue", "olh", "hr")
+CAP = 2.0  # the device's max_epsilon in these tests
 
 
 def plan_with(oracle: str, epsilon: float = 1.0) -> Plan:
@@ -56,7 +57,7 @@ def test_client_imports_only_numpy_and_the_standard_library():
 @pytest.mark.parametrize("oracle", ORACLES)
 def test_report_has_exactly_the_documented_fields_and_validates(oracle):
     plan = plan_with(oracle)
-    report = make_report(plan, {"a": 1, "b": 2, "c": 4})
+    report = make_report(plan, {"a": 1, "b": 2, "c": 4}, max_epsilon=CAP)
     assert report.keys() == REPORT_KEYS
     assert report["version"] == 1 and report["plan_hash"] == plan.hash
     assert len(report["report_id"]) == 32 and int(report["report_id"], 16) >= 0
@@ -77,9 +78,11 @@ def test_report_is_the_oracle_output_of_the_projected_cell(oracle):
         spec = plan.groups[group]
         native = make_oracle(spec.oracle, spec.epsilon, spec.cells).perturb([cell], rng=11)
         expected = PlanCodec(plan).groups[group].payloads(native)[0]
-        assert make_report(plan, record, group=group, rng=11)["payload"] == expected
+        report = make_report(plan, record, group=group, rng=11, max_epsilon=CAP)
+        assert report["payload"] == expected
         # a record given as a sequence in domain order is the same record
-        assert make_report(plan, [1, 2, 3], group=group, rng=11)["payload"] == expected
+        report = make_report(plan, [1, 2, 3], group=group, rng=11, max_epsilon=CAP)
+        assert report["payload"] == expected
 
 
 def test_default_randomness_is_the_os_csprng(monkeypatch):
@@ -92,27 +95,27 @@ def test_default_randomness_is_the_os_csprng(monkeypatch):
 
     monkeypatch.setattr(SecureRandom, "_words", counting)
     plan = plan_with("oue")
-    first = make_report(plan, {"a": 0, "b": 0, "c": 0}, group=1)
+    first = make_report(plan, {"a": 0, "b": 0, "c": 0}, group=1, max_epsilon=CAP)
     assert calls, "perturbation did not draw from SecureRandom"
-    second = make_report(plan, {"a": 0, "b": 0, "c": 0}, group=1)
+    second = make_report(plan, {"a": 0, "b": 0, "c": 0}, group=1, max_epsilon=CAP)
     assert first["report_id"] != second["report_id"]
     calls.clear()
-    make_reports(plan, np.zeros((50, 3), dtype=np.int64))
+    make_reports(plan, np.zeros((50, 3), dtype=np.int64), max_epsilon=CAP)
     assert calls
 
 
 def test_client_errors_name_the_problem():
     plan = plan_with("grr")
     with pytest.raises(DPMarginalsError, match="lacks the attributes"):
-        make_report(plan, {"a": 1}, group=0)
+        make_report(plan, {"a": 1}, group=0, max_epsilon=CAP)
     with pytest.raises(DPMarginalsError, match=r"'c'.*out of its domain"):
-        make_report(plan, {"a": 1, "b": 0, "c": 5}, group=1)
+        make_report(plan, {"a": 1, "b": 0, "c": 5}, group=1, max_epsilon=CAP)
     with pytest.raises(DPMarginalsError, match="group 7"):
-        make_report(plan, {"a": 1, "b": 0, "c": 0}, group=7)
+        make_report(plan, {"a": 1, "b": 0, "c": 0}, group=7, max_epsilon=CAP)
     with pytest.raises(DPMarginalsError, match="integer code"):
-        make_report(plan, {"a": 1.5, "b": 0, "c": 0}, group=0)
+        make_report(plan, {"a": 1.5, "b": 0, "c": 0}, group=0, max_epsilon=CAP)
     with pytest.raises(DPMarginalsError, match="3 values"):
-        make_report(plan, [1, 0], group=0)
+        make_report(plan, [1, 0], group=0, max_epsilon=CAP)
 
 
 def test_choose_group_is_uniform():
@@ -131,7 +134,7 @@ def test_many_reports_estimate_the_marginal_without_bias(oracle):
     records = np.column_stack([rng.integers(0, 2, n), rng.choice(3, n, p=[0.6, 0.3, 0.1]),
                                rng.integers(0, 5, n)])
     groups = np.arange(n) % plan.m
-    reports = make_reports(plan, records, groups=groups, rng=4)
+    reports = make_reports(plan, records, groups=groups, rng=4, max_epsilon=CAP)
     assert [r["group"] for r in reports[:6]] == [0, 1, 2, 0, 1, 2]
     supports, users = support_counts(plan, reports)
     assert users.tolist() == [n // 3] * 3
@@ -148,11 +151,11 @@ def test_many_reports_estimate_the_marginal_without_bias(oracle):
 def test_make_reports_checks_its_input():
     plan = plan_with("grr")
     with pytest.raises(DPMarginalsError, match="2-D"):
-        make_reports(plan, np.zeros(3, dtype=np.int64))
+        make_reports(plan, np.zeros(3, dtype=np.int64), max_epsilon=CAP)
     with pytest.raises(DPMarginalsError, match="groups must lie"):
-        make_reports(plan, np.zeros((2, 3), dtype=np.int64), groups=[0, 3])
+        make_reports(plan, np.zeros((2, 3), dtype=np.int64), groups=[0, 3], max_epsilon=CAP)
     with pytest.raises(DPMarginalsError, match="domain"):
-        make_reports(plan, np.full((2, 3), 9, dtype=np.int64))
+        make_reports(plan, np.full((2, 3), 9, dtype=np.int64), max_epsilon=CAP)
 
 
 # -- the report format's validation --------------------------------------------------------
@@ -165,7 +168,7 @@ def _bad(plan: Plan, report: dict, match: str, code: str = "invalid_report") -> 
 
 def test_validation_rejects_each_kind_of_bad_report():
     plan = plan_with("grr")
-    good = make_report(plan, {"a": 1, "b": 1, "c": 1}, group=0, rng=0)
+    good = make_report(plan, {"a": 1, "b": 1, "c": 1}, group=0, rng=0, max_epsilon=CAP)
     _bad(plan, {**good, "plan_hash": "0" * 64}, "not the campaign's plan", "plan_mismatch")
     _bad(plan, {**good, "group": 3}, "group 3 is not one of 0..2")
     _bad(plan, {**good, "group": True}, "group True")
@@ -184,7 +187,7 @@ def test_validation_rejects_each_kind_of_bad_report():
 
 def test_validation_of_bit_vector_payloads():
     plan = plan_with("oue")  # group 1 has 15 cells: 2 bytes, one padding bit
-    good = make_report(plan, {"a": 0, "b": 2, "c": 4}, group=1, rng=0)
+    good = make_report(plan, {"a": 0, "b": 2, "c": 4}, group=1, rng=0, max_epsilon=CAP)
     raw = base64.b64decode(good["payload"])
     assert len(raw) == 2
     _bad(plan, {**good, "payload": base64.b64encode(raw + b"\0").decode()}, "2 bytes")
@@ -200,13 +203,13 @@ def test_validation_of_bit_vector_payloads():
 
 def test_validation_of_pair_payloads():
     olh = plan_with("olh")
-    good = make_report(olh, {"a": 0, "b": 2, "c": 4}, group=0, rng=0)
+    good = make_report(olh, {"a": 0, "b": 2, "c": 4}, group=0, rng=0, max_epsilon=CAP)
     seed, y = good["payload"]
     _bad(olh, {**good, "payload": [seed, 99]}, "hashed value 99")
     _bad(olh, {**good, "payload": [5, y]}, "not in the hash family")
     _bad(olh, {**good, "payload": [seed]}, "two integers")
     hr = plan_with("hr")
-    good = make_report(hr, {"a": 0, "b": 2, "c": 4}, group=0, rng=0)
+    good = make_report(hr, {"a": 0, "b": 2, "c": 4}, group=0, rng=0, max_epsilon=CAP)
     j, _ = good["payload"]
     _bad(hr, {**good, "payload": [j, 2]}, "bit must be 0 or 1")
     _bad(hr, {**good, "payload": [64, 0]}, "index 64")
@@ -294,7 +297,7 @@ def flaky_server():
 
 def test_a_retried_batch_that_was_stored_counts_as_stored(flaky_server):
     plan = plan_with("grr")
-    reports = make_reports(plan, np.zeros((5, 3), dtype=np.int64), rng=0)
+    reports = make_reports(plan, np.zeros((5, 3), dtype=np.int64), rng=0, max_epsilon=CAP)
     with ServiceClient(flaky_server, "c1", retries=2) as client:
         out = client.send_batch(reports)
     assert out == {"accepted": 0, "already_stored": 5}
@@ -304,7 +307,7 @@ def test_a_retried_batch_that_was_stored_counts_as_stored(flaky_server):
 def test_a_first_attempt_duplicate_is_an_error(flaky_server):
     _FlakyHandler.posts = [b"already one"]  # skip the dropped connection
     plan = plan_with("grr")
-    report = make_report(plan, [0, 0, 0], rng=0)
+    report = make_report(plan, [0, 0, 0], rng=0, max_epsilon=CAP)
     with ServiceClient(flaky_server, "c1", retries=0) as client, \
             pytest.raises(ServiceError, match="409 duplicate_report") as info:
         client.send(report)

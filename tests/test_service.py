@@ -137,7 +137,7 @@ def _assert_counts_match(store: Store, campaign) -> tuple[list[np.ndarray], np.n
 def test_store_keeps_counts_equal_to_its_reports_and_survives_reopening(store_spec):
     plan = mixed_plan()
     name = unique_name()
-    reports = make_reports(plan, records(600), rng=1)
+    reports = make_reports(plan, records(600), max_epsilon=1.0, rng=1)
     with open_store(store_spec) as store:
         campaign, created = store.create_campaign(name, plan)
         assert created
@@ -161,7 +161,7 @@ def test_store_rejects_a_batch_with_a_known_id_and_stores_nothing_of_it(store):
     plan = mixed_plan()
     campaign, _ = store.create_campaign(unique_name(), plan)
     codec = campaign.codec
-    reports = make_reports(plan, records(300), rng=2)
+    reports = make_reports(plan, records(300), max_epsilon=1.0, rng=2)
     store.add_reports(campaign, codec.decode(reports[:100]))
     with pytest.raises(ReportError) as info:
         store.add_reports(campaign, codec.decode(reports[100:200] + reports[50:52]))
@@ -177,7 +177,7 @@ def test_concurrent_writers_store_every_id_once(store):
     plan = mixed_plan()
     campaign, _ = store.create_campaign(unique_name(), plan)
     codec = campaign.codec
-    reports = make_reports(plan, records(2000), rng=3)
+    reports = make_reports(plan, records(2000), max_epsilon=1.0, rng=3)
     accepted, rejected = [], []
 
     def writer(k: int) -> None:
@@ -316,7 +316,7 @@ def test_plan_and_balanced_assignments(api):
 
 def test_reports_singly_and_in_batches_are_counted_per_group(api):
     plan = create(api)
-    reports = make_reports(plan, records(1000), rng=5)
+    reports = make_reports(plan, records(1000), max_epsilon=1.0, rng=5)
     for report in reports[:20]:
         r = api.post("/campaigns/c1/reports", json=report)
         assert r.status_code == 201 and r.json() == {"accepted": 1}
@@ -331,7 +331,7 @@ def test_reports_singly_and_in_batches_are_counted_per_group(api):
 
 def test_every_bad_report_is_refused_with_a_reason_and_changes_nothing(api, tmp_path):
     plan = create(api)
-    reports = make_reports(plan, records(50), rng=6)
+    reports = make_reports(plan, records(50), max_epsilon=1.0, rng=6)
     api.post("/campaigns/c1/reports/batch", json={"reports": reports[:10]})
     before = status(api)
     good = reports[10]
@@ -367,7 +367,7 @@ def test_bodies_and_batches_are_size_limited(tmp_path):
     app = create_app(tmp_path / "small.db", admin_token=TOKEN, max_body_bytes=4096)
     with TestClient(app) as api:
         plan = create(api)
-        reports = make_reports(plan, records(100), rng=7)
+        reports = make_reports(plan, records(100), max_epsilon=1.0, rng=7)
         r = api.post("/campaigns/c1/reports/batch", json={"reports": reports})
         assert r.status_code == 413 and r.json()["error"] == "body_too_large"
         assert status(api)["reports"] == 0
@@ -384,7 +384,7 @@ def test_bodies_and_batches_are_size_limited(tmp_path):
 def test_marginals_equal_the_in_process_release_on_the_same_reports(api):
     plan = create(api)
     assert api.get("/campaigns/c1/marginals", params={"attributes": "a"}).status_code == 409
-    reports = make_reports(plan, records(3000, seed=8), rng=9)
+    reports = make_reports(plan, records(3000, seed=8), max_epsilon=1.0, rng=9)
     api.post("/campaigns/c1/reports/batch", json={"reports": reports})
     exported = [json.loads(line) for line in
                 api.get("/campaigns/c1/reports", headers=ADMIN).text.splitlines()]
@@ -404,7 +404,7 @@ def test_marginals_equal_the_in_process_release_on_the_same_reports(api):
     for attrs in ("a,zz", "a,a", ",", ""):
         assert api.get("/campaigns/c1/marginals", params={"attributes": attrs}).status_code == 422
     # new reports change the answer (the cached synopsis is refreshed)
-    more = make_reports(plan, records(500, seed=10), rng=11)
+    more = make_reports(plan, records(500, seed=10), max_epsilon=1.0, rng=11)
     api.post("/campaigns/c1/reports/batch", json={"reports": more})
     after = api.get("/campaigns/c1/marginals", params={"attributes": "a,b"}).json()
     assert after["reports"] == 3500
@@ -431,7 +431,7 @@ def test_the_service_runs_on_postgresql(postgres_url):
     name = unique_name()
     with TestClient(app) as api:
         plan = create(api, name)
-        reports = make_reports(plan, records(400), rng=12)
+        reports = make_reports(plan, records(400), max_epsilon=1.0, rng=12)
         assert api.post(f"/campaigns/{name}/reports/batch",
                         json={"reports": reports[:300]}).status_code == 201
         assert api.post(f"/campaigns/{name}/reports", json=reports[300]).status_code == 201
@@ -458,18 +458,18 @@ def test_submit_runs_the_whole_path_for_one_user(api, monkeypatch):
 
     monkeypatch.setattr(ServiceClient, "request", request)
     client = ServiceClient("http://testserver", "c1")
-    report = client.submit({"a": 1, "b": 2, "c": 3, "d": 0})
+    report = client.submit({"a": 1, "b": 2, "c": 3, "d": 0}, max_epsilon=1.0)
     assert report["plan_hash"] == plan.hash
     assert status(api)["reports"] == 1
     with contextlib.suppress(Exception):
         client.close()
-    single = make_report(plan, {"a": 0, "b": 0, "c": 0, "d": 0}, group=2)
+    single = make_report(plan, {"a": 0, "b": 0, "c": 0, "d": 0}, group=2, max_epsilon=1.0)
     assert client.send(single) == {"accepted": 1}
 
 
 def test_non_finite_numbers_and_huge_answers_are_refused(api):
     plan = create(api)
-    report = make_report(plan, [0, 0, 0, 0], group=0)
+    report = make_report(plan, [0, 0, 0, 0], group=0, max_epsilon=1.0)
     for bad in (b'{"version": NaN}', b'{"version": 1e999}', b'[Infinity]'):
         r = api.post("/campaigns/c1/reports", content=bad)
         assert r.status_code == 400 and r.json()["error"] == "invalid_json"
@@ -493,7 +493,7 @@ def test_postgres_store_recovers_from_lost_connections(postgres_url):
     from dpmarginals.service.store import StoreError
 
     plan = mixed_plan()
-    reports = make_reports(plan, records(300), rng=13)
+    reports = make_reports(plan, records(300), max_epsilon=1.0, rng=13)
     with open_store(postgres_url) as store:
         campaign, _ = store.create_campaign(unique_name(), plan)
         codec = campaign.codec
@@ -514,7 +514,7 @@ def test_two_postgres_stores_share_a_campaign(postgres_url):
     """As two `serve` processes on one database: overlapping batches, each id stored once."""
     plan = mixed_plan()
     name = unique_name()
-    reports = make_reports(plan, records(1200), rng=14)
+    reports = make_reports(plan, records(1200), max_epsilon=1.0, rng=14)
     with open_store(postgres_url) as one, open_store(postgres_url) as two:
         first, _ = one.create_campaign(name, plan)
         second, created = two.create_campaign(name, plan)

@@ -138,10 +138,11 @@ def test_serve_client_and_query_as_a_new_user(tmp_path):
         assert "created campaign 'adult'" in out
         plan = Plan.load(tmp_path / "plan.json")
         out = _run("client", "--server", server.url, "--campaign", "adult", "--data", str(data),
-                   "--limit", "5000", "--save-reports", str(tmp_path / "batched.jsonl"))
+                   "--max-epsilon", "1", "--limit", "5000",
+                   "--save-reports", str(tmp_path / "batched.jsonl"))
         assert "sent 5,000 reports" in out
         out = _run("client", "--server", server.url, "--campaign", "adult", "--data", str(data),
-                   "--limit", "60", "--batch", "1", "--assign", "local",
+                   "--max-epsilon", "1", "--limit", "60", "--batch", "1", "--assign", "local",
                    "--save-reports", str(tmp_path / "single.jsonl"))
         assert "sent 60 reports" in out
         sent = _read_jsonl(tmp_path / "batched.jsonl") + _read_jsonl(tmp_path / "single.jsonl")
@@ -198,7 +199,7 @@ def test_kill_9_during_ingestion_loses_no_acknowledged_report(tmp_path):
         while not stop.is_set():
             size = 1 if rng.random() < 0.3 else int(rng.integers(20, 300))
             rows = rng.integers(0, plan.domain.sizes, size=(size, len(plan.domain)))
-            reports = make_reports(plan, rows, rng=rng)
+            reports = make_reports(plan, rows, max_epsilon=1.0, rng=rng)
             try:
                 if size == 1:
                     client.send(reports[0])
@@ -267,7 +268,7 @@ def fuzz_server(tmp_path_factory):
     with ServiceClient(server.url, "fuzz", token=TOKEN) as admin:
         admin.create_campaign(plan)
         admin.send_batch(make_reports(plan, np.zeros((30, len(plan.domain)), dtype=np.int64),
-                                      rng=0))
+                                      max_epsilon=1.0, rng=0))
     server.plan = plan
     yield server
     code = server.stop()

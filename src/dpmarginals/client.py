@@ -3,22 +3,38 @@
 Needs only numpy and the standard library (no pandas, scipy or web framework), so it
 can ship inside an app.  The flow of one user:
 
-1. get the campaign's public plan (``ServiceClient.plan()``, checked against its hash);
-2. take the group the server assigns (``ServiceClient.assignment()``) or pick one
+1. get the campaign's public plan (``ServiceClient.plan()``: its hash must be present and
+   match its content);
+2. :func:`check_plan` against the device's own cap ``max_epsilon`` (required: the server
+   never decides how much a device spends): every group's epsilon is the plan's, the
+   plan's epsilon is within the cap, each group's oracle is one the client knows and its
+   ``cells`` is the marginal's size.  A refusal is a :class:`PlanRefused`, raised before
+   any random draw;
+3. take the group the server assigns (``ServiceClient.assignment()``) or pick one
    uniformly with OS entropy (:func:`choose_group`);
-3. :func:`make_report`: project the record onto the group's marginal and randomize the
+4. :func:`make_report`: project the record onto the group's marginal and randomize the
    cell with the group's frequency oracle, drawing from the OS CSPRNG;
-4. ``ServiceClient.send(report)``.  Only the report leaves the device.
+5. ``ServiceClient.send(report)``.  Only the report leaves the device.
+
+With a :class:`~dpmarginals.ledger.Ledger` (``ServiceClient.submit(..., ledger=...)``
+or ``make_report(..., ledger=..., campaign=...)``) the device reports once per campaign,
+keeps its group per plan, reuses the memoized randomization of an unchanged value
+(permanent randomized response) and counts the epsilon it spends, up to an optional
+total cap.
 
 >>> from dpmarginals.domain import Domain
 >>> from dpmarginals.plan import GroupSpec, Plan
 >>> plan = Plan("calm", 1.0, Domain(("sex", "age"), (2, 3)),
 ...             (GroupSpec(("sex", "age"), "oue", 1.0, 6),))
->>> report = make_report(plan, {"sex": 1, "age": 2})
+>>> report = make_report(plan, {"sex": 1, "age": 2}, max_epsilon=1.0)
 >>> report["group"], len(report["payload"]), len(report["report_id"])
 (0, 4, 32)
+>>> make_report(plan, {"sex": 1, "age": 2}, max_epsilon=0.5)
+Traceback (most recent call last):
+...
+dpmarginals.ledger.PlanRefused: plan refused: epsilon = 1.0 exceeds this device's max_epsilon = 0.5
 
-:func:`make_reports` does the same for many users at once (tests, demos, the
+:func:`make_reports` does the same for many simulated users at once (tests, demos, the
 ``dpmarginals client`` command, which plays every row of a CSV file as one user).
 """
 
@@ -29,9 +45,11 @@ import gzip
 import http.client
 import io
 import json
+import math
 import os
 import secrets
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -40,13 +58,22 @@ from urllib.parse import quote, urlencode, urlsplit
 import numpy as np
 
 from .errors import DPMarginalsError
+from .ledger import BudgetExceeded, Ledger, LedgerError, PlanRefused
+from .oracles import ORACLES, make_oracle
 from .plan import Plan
 from .randomness import RNGLike, client_rng
-from .reports import MAX_BATCH_REPORTS, PlanCodec, ReportError
+from .reports import MAX_BATCH_REPORTS, MAX_GROUP_CELLS, PlanCodec, ReportError
 
 __all__ = [
+    "EPSILON_CEILING",
+    "AssignmentIgnored",
+    "BudgetExceeded",
+    "Ledger",
+    "LedgerError",
+    "PlanRefused",
     "ServiceClient",
     "ServiceError",
+    "check_plan",
     "choose_group",
     "load_plan",
     "make_report",
@@ -56,8 +83,18 @@ __all__ = [
 ]
 
 DEFAULT_TIMEOUT = 30.0
+EPSILON_CEILING = 20.0
+"""No plan may spend more per report, whatever the device's cap (e^20 is about 5e8)."""
 _RETRY_STATUSES = frozenset({502, 503, 504})
+_PLAN_KEYS = frozenset({"format", "version", "method", "epsilon", "domain", "groups", "params",
+                        "hash"})
+_GROUP_KEYS = frozenset({"attributes", "oracle", "epsilon", "cells"})
+_TOLERANCE = 1e-9  # relative slack when a sum of per-attribute budgets meets the plan's
 _codecs: dict[str, PlanCodec] = {}
+
+
+class AssignmentIgnored(UserWarning):
+    """The device kept its memoized group for a plan instead of the group it was given."""
 
 
 def _codec(plan: Plan) -> PlanCodec:
@@ -70,8 +107,174 @@ def _codec(plan: Plan) -> PlanCodec:
     return codec
 
 
+# -- protecting the user against the plan --------------------------------------------------
+def _refused(message: str) -> PlanRefused:
+    return PlanRefused(f"plan refused: {message}")
+
+
+def _number(value: object, field: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise _refused(f"{field} = {value!r} is not a number")
+    return float(value)
+
+
+def _plan_epsilon(value: object, field: str) -> float:
+    """A budget the plan asks for: finite, > 0 and at most :data:`EPSILON_CEILING`."""
+    eps = _number(value, field)
+    if not (math.isfinite(eps) and eps > 0):
+        raise _refused(f"{field} = {value!r} is not a finite number > 0")
+    if eps > EPSILON_CEILING:
+        raise _refused(f"{field} = {eps!r} exceeds {EPSILON_CEILING!r}, beyond any meaningful "
+                       "privacy")
+    return eps
+
+
+def _device_cap(max_epsilon: object) -> float:
+    """The device's own cap: required, finite, in (0, EPSILON_CEILING]."""
+    if isinstance(max_epsilon, bool) or not isinstance(max_epsilon, int | float | np.integer
+                                                          | np.floating):
+        raise DPMarginalsError(f"max_epsilon must be a number (the device's own cap on the "
+                               f"epsilon of one report), got {max_epsilon!r}")
+    cap = float(max_epsilon)
+    if not (math.isfinite(cap) and 0 < cap <= EPSILON_CEILING):
+        raise DPMarginalsError(f"max_epsilon must be a finite number in (0, {EPSILON_CEILING!r}]"
+                               f", got {max_epsilon!r}")
+    return cap
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _plan_source(source: Plan | Mapping[str, Any] | str | os.PathLike[str]) -> Plan:
+    """A plan from a Plan, or from a dict, JSON text or JSON file that must carry its hash."""
+    if isinstance(source, Plan):
+        return source
+    if isinstance(source, Mapping):
+        return _plan_from_dict(source)
+    text = os.fspath(source) if isinstance(source, os.PathLike) else str(source)
+    if not text.lstrip().startswith("{"):
+        try:
+            text = Path(text).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise DPMarginalsError(f"cannot read plan {str(source)!r}: {exc}") from None
+    try:
+        spec = json.loads(text, parse_constant=_reject_constant)
+    except ValueError as exc:
+        raise DPMarginalsError(f"plan is not valid JSON: {exc}") from None
+    if not isinstance(spec, Mapping):
+        raise _refused(f"a plan is a JSON object, got {type(spec).__name__}")
+    return _plan_from_dict(spec)
+
+
+def _plan_from_dict(spec: Mapping[str, Any]) -> Plan:
+    """Plan.from_dict, stricter: no unknown field, and the hash present and equal."""
+    unknown = sorted(str(k) for k in spec.keys() - _PLAN_KEYS)
+    if unknown:
+        raise _refused(f"unknown field {unknown[0]!r} = {spec[unknown[0]]!r:.80}")
+    groups = spec.get("groups")
+    for i, group in enumerate(groups if isinstance(groups, list) else []):
+        extra = sorted(str(k) for k in group.keys() - _GROUP_KEYS) if isinstance(
+            group, Mapping) else []
+        if extra:
+            raise _refused(f"groups[{i}] has unknown field {extra[0]!r} = "
+                           f"{group[extra[0]]!r:.80} (the client derives every oracle parameter "
+                           "from the group's epsilon and cells)")
+    claimed = spec.get("hash")
+    if claimed is None:
+        raise _refused("hash is missing (the device checks the plan against its hash)")
+    try:
+        plan = Plan.from_dict({k: v for k, v in spec.items() if k != "hash"})
+    except DPMarginalsError as exc:
+        raise _refused(str(exc)) from None
+    if claimed != plan.hash:
+        raise _refused(f"hash = {claimed!r:.80} does not match the plan's content "
+                       f"(SHA-256 {plan.hash})")
+    return plan
+
+
+def check_plan(plan: Plan | Mapping[str, Any] | str | os.PathLike[str],
+               max_epsilon: float) -> Plan:
+    """The plan, if this device accepts it under its own cap ``max_epsilon``; else PlanRefused.
+
+    ``plan`` is a :class:`Plan` or a plan dict, JSON text or JSON file, which must carry
+    its ``hash`` and match it.  Refused, in one line naming the field and its value: a
+    non-finite, non-positive or absurd (> :data:`EPSILON_CEILING`) epsilon; a plan epsilon
+    above ``max_epsilon``; a group whose epsilon is not the plan's, whose oracle the client
+    does not know, or whose ``cells`` is not the product of its attributes' sizes; an
+    unknown field (derived oracle parameters such as OLH's g or HR's K are always
+    recomputed from epsilon and cells, never read from the plan); for plans without groups,
+    per-attribute budgets (``params.epsilon_per_attribute``) that compose to more than the
+    plan's epsilon, or a randomized-response ``params.p`` implying more.  Nothing random is
+    drawn here.
+
+    >>> from dpmarginals.domain import Domain
+    >>> from dpmarginals.plan import GroupSpec, Plan
+    >>> dom = Domain(("a", "b"), (2, 3))
+    >>> bad = Plan("calm", 1.0, dom, (GroupSpec(("a", "b"), "grr", 20.0, 6),))
+    >>> check_plan(bad, max_epsilon=1.0)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    dpmarginals.ledger.PlanRefused: plan refused: groups[0].epsilon = 20.0 differs from ...
+    """
+    cap = _device_cap(max_epsilon)
+    out = _plan_source(plan)
+    eps = _plan_epsilon(out.epsilon, "epsilon")
+    if eps > cap:
+        raise _refused(f"epsilon = {eps!r} exceeds this device's max_epsilon = {cap!r}")
+    dom = out.domain
+    for i, spec in enumerate(out.groups):
+        field = f"groups[{i}]"
+        if spec.oracle not in ORACLES:
+            raise _refused(f"{field}.oracle = {spec.oracle!r} is not one of {sorted(ORACLES)}")
+        group_eps = _plan_epsilon(spec.epsilon, f"{field}.epsilon")
+        if group_eps != eps:
+            raise _refused(f"{field}.epsilon = {group_eps!r} differs from the plan's "
+                           f"epsilon = {eps!r}")
+        attrs = list(spec.attributes)
+        bad = [a for a in attrs if a not in dom]
+        if not attrs or bad or len(set(attrs)) != len(attrs):
+            what = f"{bad[0]!r} is not in the domain" if bad else "must be distinct and non-empty"
+            raise _refused(f"{field}.attributes = {attrs!r:.120}: {what}")
+        cells = math.prod(dom.size(a) for a in attrs)
+        if isinstance(spec.cells, bool) or spec.cells != cells:
+            raise _refused(f"{field}.cells = {spec.cells!r} but the marginal over {attrs!r:.120} "
+                           f"has {cells} cells")
+        if not 2 <= cells <= MAX_GROUP_CELLS:
+            raise _refused(f"{field}.cells = {cells} is outside 2..{MAX_GROUP_CELLS}")
+        make_oracle(spec.oracle, group_eps, cells)  # derives g, K, p, q from eps and cells
+    _check_params(out, eps)
+    return out
+
+
+def _check_params(plan: Plan, eps: float) -> None:
+    """Budgets a plan's params imply (methods whose users report per attribute)."""
+    params, d = plan.params, len(plan.domain)
+    if "epsilon_per_attribute" in params:
+        per = _plan_epsilon(params["epsilon_per_attribute"], "params.epsilon_per_attribute")
+        if per * d > eps * (1 + _TOLERANCE):
+            raise _refused(f"params.epsilon_per_attribute = {per!r} over {d} attributes "
+                           f"composes to {per * d!r} > the plan's epsilon = {eps!r}")
+        names = params.get("attribute_oracles")
+        if names is not None and (not isinstance(names, list) or len(names) != d or any(
+                n != "none" and n not in ORACLES for n in names)):
+            raise _refused(f"params.attribute_oracles = {names!r:.120} is not {d} known oracles")
+    if not plan.groups and "p" in params:
+        keep = _number(params["p"], "params.p")
+        if not 0.5 < keep < 1:
+            raise _refused(f"params.p = {params['p']!r} is outside (0.5, 1)")
+        implied = math.log(keep / (1 - keep))
+        if implied > eps * (1 + _TOLERANCE):
+            raise _refused(f"params.p = {keep!r} implies epsilon {implied!r} > the plan's "
+                           f"epsilon = {eps!r}")
+
+
 def load_plan(source: Plan | Mapping[str, Any] | str | os.PathLike[str]) -> Plan:
-    """A plan from a Plan, a plan dict, a JSON string, or a JSON file path."""
+    """A plan from a Plan, a plan dict, a JSON string, or a JSON file path.
+
+    Lenient (for the operator's own plans: a missing hash is accepted); a device uses
+    :func:`check_plan`, which requires the hash and checks the budgets.
+    """
     if isinstance(source, Plan):
         return source
     if isinstance(source, Mapping):
@@ -117,21 +320,86 @@ def _record_row(plan: Plan, record: Mapping[str, Any] | Sequence[int] | np.ndarr
 
 
 def make_report(
-    plan: Plan, record: Mapping[str, Any] | Sequence[int] | np.ndarray, *,
-    group: int | None = None, rng: RNGLike = None,
+    plan: Plan | Mapping[str, Any], record: Mapping[str, Any] | Sequence[int] | np.ndarray, *,
+    max_epsilon: float, group: int | None = None, rng: RNGLike = None,
+    ledger: Ledger | None = None, campaign: str | None = None,
 ) -> dict[str, Any]:
-    """One user's report: pick (or take) her group, randomize her cell, fresh report id.
+    """One user's report: check the plan, pick (or take) her group, randomize her cell.
 
-    ``record`` maps attribute names to integer codes (only the group's attributes are
-    read) or lists every attribute's code in the domain's order.  ``rng=None`` draws all
-    randomness from the OS CSPRNG; a seed is for tests only.
+    ``max_epsilon`` is the device's own cap (required): :func:`check_plan` refuses the plan
+    before any random draw.  ``record`` maps attribute names to integer codes (only the
+    group's attributes are read) or lists every attribute's code in the domain's order.
+    ``rng=None`` draws all randomness from the OS CSPRNG; a seed is for tests only.
+
+    With a ``ledger`` (and the ``campaign``'s id): a campaign already reported gives back
+    its stored report; the device keeps its group per plan (a different ``group`` is
+    ignored with an :class:`AssignmentIgnored` warning); an unchanged value of the group's
+    attributes under the same plan reuses the memoized payload under a fresh report id;
+    anything else is a fresh randomization, charged to the ledger (and refused with
+    :class:`BudgetExceeded` before any draw if it would pass ``max_total_epsilon``).  The
+    ledger records the report before it is returned.
     """
-    codec = _codec(plan)
-    g = choose_group(plan, rng=rng) if group is None else _check_group(plan, group)
-    row = _record_row(plan, record, plan.groups[g].attributes)
+    checked = check_plan(plan, max_epsilon)
+    if ledger is not None:
+        return _ledger_report(checked, record, ledger, campaign, group, rng)
+    codec = _codec(checked)
+    g = choose_group(checked, rng=rng) if group is None else _check_group(checked, group)
+    row = _record_row(checked, record, checked.groups[g].attributes)
     cell = codec.cells(g, row[None, :])
     native = codec.oracle(g).perturb(cell, rng=client_rng(rng))
     return codec.reports(g, native)[0]
+
+
+def _cell(codec: PlanCodec, group: int,
+          record: Mapping[str, Any] | Sequence[int] | np.ndarray) -> int:
+    row = _record_row(codec.plan, record, codec.plan.groups[group].attributes)
+    return int(codec.cells(group, row[None, :])[0])
+
+
+def _ledger_report(plan: Plan, record: Mapping[str, Any] | Sequence[int] | np.ndarray,
+                   ledger: Ledger, campaign: str | None, group: int | None,
+                   rng: RNGLike) -> dict[str, Any]:
+    """make_report's path with a ledger (the plan is already checked)."""
+    if not isinstance(campaign, str) or not campaign:
+        raise DPMarginalsError(f"a ledger needs the campaign's id (campaign=...), got "
+                               f"{campaign!r}")
+    stored = ledger.stored_report(campaign, plan.hash)
+    if stored is not None:
+        return stored
+    codec = _codec(plan)
+    kept = ledger.group_of(plan.hash)
+    requested = None if group is None else _check_group(plan, group)
+    payload = None
+    if kept is None:  # the first report under this plan: a fresh randomization
+        ledger.check_budget(plan.epsilon)  # before any random draw
+        g = requested if requested is not None else choose_group(plan, rng=rng)
+        cell = _cell(codec, g, record)
+    else:
+        if not 0 <= kept < plan.m:
+            raise LedgerError(f"the ledger keeps group {kept} for plan {plan.hash[:12]}, "
+                              f"which has {plan.m} groups")
+        if requested is not None and requested != kept:
+            warnings.warn(f"plan {plan.hash[:12]}: this device reports group {kept} in every "
+                          f"campaign of the plan, not the requested group {requested}",
+                          AssignmentIgnored, stacklevel=3)
+        g, cell = kept, _cell(codec, kept, record)
+        payload = ledger.memoized_payload(plan.hash, g, cell)
+        if payload is None:
+            ledger.check_budget(plan.epsilon)  # a changed value: before any random draw
+        else:
+            try:
+                codec.groups[g].row(payload)
+            except ReportError as exc:
+                raise LedgerError(f"the ledger's memoized payload for plan {plan.hash[:12]} "
+                                  f"group {g} is invalid: {exc}") from None
+    fresh = payload is None
+    if fresh:
+        native = codec.oracle(g).perturb([cell], rng=client_rng(rng))
+        payload = codec.groups[g].payloads(native)[0]
+    report = codec.report(g, payload)  # a fresh report id either way
+    ledger.record(campaign, report, cell=cell, epsilon=plan.epsilon, fresh=fresh,
+                  requested_group=requested)
+    return report
 
 
 def _check_group(plan: Plan, group: object) -> int:
@@ -143,14 +411,23 @@ def _check_group(plan: Plan, group: object) -> int:
 
 
 def make_reports(
+    plan: Plan | Mapping[str, Any], records: np.ndarray, *, max_epsilon: float,
+    groups: Sequence[int] | np.ndarray | None = None, rng: RNGLike = None,
+) -> list[dict[str, Any]]:
+    """Reports of many simulated users at once: ``records`` is (n, d) in the domain's order.
+
+    The plan is checked once against ``max_epsilon`` (:func:`check_plan`).  Each user is
+    randomized independently, exactly as :func:`make_report` would without a ledger;
+    groups are drawn uniformly (OS entropy) unless given.  The reports come in the rows'
+    order.
+    """
+    return _make_reports(check_plan(plan, max_epsilon), records, groups=groups, rng=rng)
+
+
+def _make_reports(
     plan: Plan, records: np.ndarray, *, groups: Sequence[int] | np.ndarray | None = None,
     rng: RNGLike = None,
 ) -> list[dict[str, Any]]:
-    """Reports of many users at once: ``records`` is (n, d) in the domain's order.
-
-    Each user is randomized independently, exactly as :func:`make_report` would; groups
-    are drawn uniformly (OS entropy) unless given.  The reports come in the rows' order.
-    """
     codec = _codec(plan)
     arr = np.asarray(records)
     if arr.ndim != 2:
@@ -321,11 +598,19 @@ class ServiceClient:
         return ServiceError(status, "error", str(parsed)[:500], parsed)
 
     # -- the campaign --------------------------------------------------------------------
+    @property
+    def ledger_key(self) -> str:
+        """The campaign's name in a device's ledger: the server URL and the campaign id."""
+        return f"{self.server}/campaigns/{self.campaign}"
+
     def plan(self, *, refresh: bool = False) -> Plan:
-        """The campaign's public plan (its hash is checked against its content)."""
+        """The campaign's public plan (its hash must be present and match its content)."""
         if self._plan is None or refresh:
             _, body = self.request("GET", self._path("/plan"))
-            self._plan = Plan.from_dict(body)
+            if not isinstance(body, Mapping):
+                raise PlanRefused(f"plan refused: the server's plan is not a JSON object: "
+                                  f"{str(body)[:80]!r}")
+            self._plan = _plan_from_dict(body)
         return self._plan
 
     def assignment(self, count: int | None = None) -> int | list[int]:
@@ -348,14 +633,45 @@ class ServiceClient:
             stored += int(body.get("already_stored", 0))
         return {"accepted": accepted, "already_stored": stored}
 
-    def submit(self, record: Mapping[str, Any] | Sequence[int], *,
-               group: int | None = None) -> dict[str, Any]:
-        """The whole path for one user: plan, assigned group, randomize, send."""
-        plan = self.plan()
-        g = self.assignment() if group is None else group
-        report = make_report(plan, record, group=int(g))  # type: ignore[arg-type]
-        self.send(report)
+    def submit(self, record: Mapping[str, Any] | Sequence[int], *, max_epsilon: float,
+               group: int | None = None, assign: str = "server",
+               ledger: Ledger | None = None) -> dict[str, Any]:
+        """The whole path for one user: plan, check, group, randomize, send; the report.
+
+        The plan is checked against the device's cap ``max_epsilon`` (:func:`check_plan`)
+        before anything else.  ``group`` (else the service's assignment, or with
+        ``assign="local"`` a uniform draw on the device).  With a ``ledger``: a campaign
+        already reported sends its stored report again (a duplicate answer counts as
+        stored); a plan this device already reported under keeps its group (no assignment
+        is asked); see :func:`make_report` for the memoized randomization and the budget.
+        """
+        if assign not in ("server", "local"):
+            raise DPMarginalsError(f"assign must be 'server' or 'local', got {assign!r}")
+        plan = check_plan(self.plan(), max_epsilon)
+        key = self.ledger_key
+        if ledger is not None:
+            stored = ledger.stored_report(key, plan.hash)
+            if stored is not None:
+                self._deliver(stored)
+                return stored
+        if group is None and assign == "server" and (
+                ledger is None or ledger.group_of(plan.hash) is None):
+            if ledger is not None:
+                ledger.check_budget(plan.epsilon)  # refuse before asking for a group
+            group = self.assignment()  # type: ignore[assignment]
+        report = make_report(plan, record, max_epsilon=max_epsilon, group=group,
+                             ledger=ledger, campaign=key)
+        self._deliver(report)
         return report
+
+    def _deliver(self, report: Mapping[str, Any]) -> dict[str, Any]:
+        """Send one report; the service already holding it counts as delivered."""
+        try:
+            return self.send(report)
+        except ServiceError as exc:
+            if exc.status == 409 and exc.code == "duplicate_report":
+                return {"accepted": 0, "already_stored": 1}
+            raise
 
     def status(self) -> dict[str, Any]:
         return self.request("GET", self._path("/status"))[1]
@@ -395,20 +711,22 @@ def _chunks(n: int, size: int) -> Iterator[slice]:
 
 
 def play(
-    client: ServiceClient, records: np.ndarray, *, batch: int = 1000, assign: str = "server",
-    save: str | os.PathLike[str] | None = None, rng: RNGLike = None,
+    client: ServiceClient, records: np.ndarray, *, max_epsilon: float, batch: int = 1000,
+    assign: str = "server", save: str | os.PathLike[str] | None = None, rng: RNGLike = None,
 ) -> dict[str, Any]:
-    """Every row of ``records`` (domain order) as one user: assign, randomize, send.
+    """Every row of ``records`` (domain order) as one simulated user: assign, randomize, send.
 
-    ``batch`` reports per request (1: one request per user); ``assign="server"`` asks the
-    service for groups, ``"local"`` draws them uniformly on the "device".  ``save``
-    writes the acknowledged reports as JSON lines (for an in-process check).
+    For tests and demos (no ledger: each row is another user).  The plan is checked once
+    against ``max_epsilon`` before anything is drawn.  ``batch`` reports per request (1: one
+    request per user); ``assign="server"`` asks the service for groups, ``"local"`` draws
+    them uniformly on the "device".  ``save`` writes the acknowledged reports as JSON lines
+    (for an in-process check).
     """
     if assign not in ("server", "local"):
         raise DPMarginalsError(f"assign must be 'server' or 'local', got {assign!r}")
     if batch < 1:
         raise DPMarginalsError(f"batch must be >= 1, got {batch}")
-    plan = client.plan()
+    plan = check_plan(client.plan(), max_epsilon)
     arr = np.asarray(records)
     sink = open(save, "w", encoding="utf-8") if save is not None else None  # noqa: SIM115
     sent = 0
@@ -418,7 +736,7 @@ def play(
             rows = arr[part]
             groups = (np.asarray(client.assignment(count=len(rows)), dtype=np.int64)
                       if assign == "server" else None)
-            reports = make_reports(plan, rows, groups=groups, rng=rng)
+            reports = _make_reports(plan, rows, groups=groups, rng=rng)
             if batch == 1:
                 for report in reports:
                     client.send(report)

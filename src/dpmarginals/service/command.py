@@ -96,28 +96,27 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 # -- client -------------------------------------------------------------------------------
 def _cmd_client(args: argparse.Namespace) -> int:
-    from ..client import ServiceClient, load_plan, make_reports, play, read_records
+    from ..client import check_plan, make_reports, play, read_records
 
+    if args.max_total_epsilon is not None and args.ledger is None:
+        raise DPMarginalsError("--max-total-epsilon needs --ledger FILE")
+    if args.ledger is not None:
+        return _client_device(args)
     if args.server is None:
         if args.plan is None or args.save_reports is None:
             raise DPMarginalsError("give --server URL and --campaign ID, or (offline) --plan "
                                    "FILE and --save-reports FILE")
-        plan = load_plan(args.plan)
+        plan = check_plan(args.plan, args.max_epsilon)
         records = read_records(args.data, plan)[: args.limit]
-        reports = make_reports(plan, records)
+        reports = make_reports(plan, records, max_epsilon=args.max_epsilon)
         with open(args.save_reports, "w", encoding="utf-8") as sink:
             sink.writelines(json.dumps(r, separators=(",", ":")) + "\n" for r in reports)
         print(f"wrote {len(reports):,} reports for plan {plan.hash[:12]} to {args.save_reports}")
         return 0
-    if args.campaign is None:
-        raise DPMarginalsError("--campaign ID is required with --server")
-    with ServiceClient(args.server, args.campaign, timeout=args.timeout) as client:
-        plan = client.plan()
-        if args.plan is not None and load_plan(args.plan).hash != plan.hash:
-            raise DPMarginalsError(f"the campaign's plan {plan.hash[:12]} is not {args.plan}")
-        records = read_records(args.data, plan)[: args.limit]
-        summary = play(client, records, batch=args.batch, assign=args.assign,
-                       save=args.save_reports)
+    with _service_client(args) as client:
+        records = read_records(args.data, client.plan())[: args.limit]
+        summary = play(client, records, max_epsilon=args.max_epsilon, batch=args.batch,
+                       assign=args.assign, save=args.save_reports)
     if args.json:
         print(json.dumps(summary))
     else:
@@ -125,6 +124,67 @@ def _cmd_client(args: argparse.Namespace) -> int:
         print(f"sent {summary['sent']:,} reports to campaign {args.campaign!r} at "
               f"{args.server} in {summary['seconds']:.2f} s"
               + (f" ({rate:,.0f} reports/s)" if rate else ""))
+    return 0
+
+
+def _service_client(args: argparse.Namespace) -> Any:
+    """The campaign's client, its plan fetched and compared with ``--plan`` if given."""
+    from ..client import ServiceClient, check_plan
+
+    if args.campaign is None:
+        raise DPMarginalsError("--campaign ID is required with --server")
+    client = ServiceClient(args.server, args.campaign, timeout=args.timeout)
+    try:
+        plan = check_plan(client.plan(), args.max_epsilon)
+        if args.plan is not None and check_plan(args.plan, args.max_epsilon).hash != plan.hash:
+            raise DPMarginalsError(f"the campaign's plan {plan.hash[:12]} is not {args.plan}")
+    except BaseException:
+        client.close()
+        raise
+    return client
+
+
+def _client_device(args: argparse.Namespace) -> int:
+    """``--ledger FILE``: the one record of --data as this device's report (ledger kept)."""
+    from ..client import Ledger, check_plan, make_report, read_records
+
+    ledger = Ledger(args.ledger, max_total_epsilon=args.max_total_epsilon)
+
+    def one_record(plan: Any) -> list[int]:
+        rows = read_records(args.data, plan)[: args.limit]
+        if len(rows) != 1:
+            raise DPMarginalsError(f"--ledger keeps one device's budget: --data must hold one "
+                                   f"record (or add --limit 1), got {len(rows):,}")
+        return [int(v) for v in rows[0]]
+
+    if args.server is None:
+        if args.plan is None or args.save_reports is None or args.campaign is None:
+            raise DPMarginalsError("offline, --ledger needs --plan FILE, --save-reports FILE "
+                                   "and --campaign ID (the campaign's name in the ledger)")
+        plan = check_plan(args.plan, args.max_epsilon)
+        campaign = args.campaign
+        report = make_report(plan, one_record(plan), max_epsilon=args.max_epsilon,
+                             group=None, ledger=ledger, campaign=campaign)
+        with open(args.save_reports, "w", encoding="utf-8") as sink:
+            sink.write(json.dumps(report, separators=(",", ":")) + "\n")
+    else:
+        with _service_client(args) as client:
+            plan = client.plan()
+            campaign = client.ledger_key
+            report = client.submit(one_record(plan), max_epsilon=args.max_epsilon,
+                                   assign=args.assign, ledger=ledger)
+    out = {"campaign": campaign, "plan_hash": plan.hash, "group": report["group"],
+           "report_id": report["report_id"], "epsilon_charged": ledger.spent(campaign),
+           "epsilon_total": ledger.spent(), "max_total_epsilon": ledger.max_total_epsilon}
+    if args.json:
+        print(json.dumps(out))
+    else:
+        verb = "wrote" if args.server is None else "sent"
+        cap = (f" of max_total_epsilon {ledger.max_total_epsilon:g}"
+               if ledger.max_total_epsilon is not None else "")
+        print(f"{verb} report {report['report_id']} (group {report['group']}) for campaign "
+              f"{campaign!r}: charged epsilon {out['epsilon_charged']:g}, device total "
+              f"{out['epsilon_total']:g}{cap} (ledger {args.ledger})")
     return 0
 
 
@@ -235,16 +295,28 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=_cmd_serve)
 
     p = subparsers.add_parser(
-        "client", help="play every row of a CSV file as one user reporting to a campaign",
-        description="For tests and demos: every row of --data is one user, who gets a group "
-        "from the service (or draws one), randomizes her record with OS entropy and sends "
-        "the report. Needs only numpy. Offline: --plan FILE --save-reports FILE without "
-        "--server writes the reports instead.")
+        "client", help="report as one device (--ledger), or play every CSV row as one user",
+        description="Randomize records on the device with OS entropy and send the reports. "
+        "The campaign's plan is refused (one line, nothing drawn) if it asks for more than "
+        "--max-epsilon, if a group's epsilon is not the plan's, or if its hash or cells do "
+        "not match. With --ledger FILE the one record of --data is this device's report: "
+        "once per campaign, its randomization memoized per plan and value, its epsilon "
+        "counted (and capped by --max-total-epsilon). Without --ledger every row of --data "
+        "is another simulated user (tests and demos). Needs only numpy. Offline: --plan "
+        "FILE --save-reports FILE without --server writes the reports instead.")
     p.add_argument("--server", default=None, help="the aggregator's URL")
     p.add_argument("--campaign", default=None, help="campaign id")
     p.add_argument("--data", required=True,
                    help="CSV (or .csv.gz) whose header names the plan's attributes; cells "
                    "hold integer codes")
+    p.add_argument("--max-epsilon", type=_epsilon, required=True, metavar="EPS",
+                   help="required: the most epsilon this device spends on one report; a plan "
+                   "asking for more is refused")
+    p.add_argument("--ledger", default=None, metavar="FILE",
+                   help="this device's privacy ledger (JSON, created if missing): one report "
+                   "per campaign, memoized randomization, epsilon spent")
+    p.add_argument("--max-total-epsilon", type=_epsilon, default=None, metavar="EPS",
+                   help="with --ledger: the most epsilon this device spends in total")
     p.add_argument("--plan", default=None,
                    help="plan JSON (offline mode, or to check the campaign's plan)")
     p.add_argument("--batch", type=_positive_int, default=1000,
