@@ -308,3 +308,20 @@ def test_service_answers_show_the_users_values(tmp_path):
         csv = api.get("/campaigns/p/marginals",
                       params={"attributes": "income", "format": "csv"}).text
         assert csv.splitlines()[1].startswith("low,")
+
+
+def test_the_client_takes_the_users_own_values():
+    from dpmarginals.client import make_report
+    from dpmarginals.plan import GroupSpec, Plan
+
+    dom = Domain.from_dict({"sex": ["f", "m"], "age": {"bins": [18, 30, 65, 90]},
+                            "country": {"labels": ["US", "DE"], "other": True}})
+    plan = Plan("calm", 20.0, dom, (GroupSpec(("sex", "age", "country"), "grr", 20.0, 18),))
+    # at epsilon 20 GRR reports the truth except with probability 17 e^-20 (seeded)
+    report = make_report(plan, {"sex": "m", "age": 37, "country": "FR"}, max_epsilon=20,
+                         rng=0)
+    assert report["payload"] == dom.index_of((1, 1, 2))  # GRR sends the cell itself
+    with pytest.raises(DPMarginalsError, match=r"'sex': value 'x' is not in the declared"):
+        make_report(plan, {"sex": "x", "age": 37, "country": "US"}, max_epsilon=20)
+    with pytest.raises(DPMarginalsError, match=r"'age': value 12 is not in"):
+        make_report(plan, {"sex": "f", "age": 12, "country": "US"}, max_epsilon=20)

@@ -312,9 +312,13 @@ def _record_row(plan: Plan, record: Mapping[str, Any] | Sequence[int] | np.ndarr
                                    f"{list(dom.attributes)}, got {len(values)}")
         items = [(dom.index(a), values[dom.index(a)]) for a in attributes]
     for i, value in items:
+        labels = dom.labels[i]
+        if labels is not None and (isinstance(value, str) or labels.bins is not None):
+            row[i] = labels.code_of(dom.attributes[i], value)  # the user's own value
+            continue
         if isinstance(value, bool) or not isinstance(value, int | np.integer):
-            raise DPMarginalsError(f"attribute {dom.attributes[i]!r} must be an integer code, "
-                                   f"got {value!r}")
+            raise DPMarginalsError(f"attribute {dom.attributes[i]!r} must be an integer code"
+                                   f"{' or one of its labels' if labels else ''}, got {value!r}")
         row[i] = int(value)
     return row
 
@@ -327,8 +331,10 @@ def make_report(
     """One user's report: check the plan, pick (or take) her group, randomize her cell.
 
     ``max_epsilon`` is the device's own cap (required): :func:`check_plan` refuses the plan
-    before any random draw.  ``record`` maps attribute names to integer codes (only the
-    group's attributes are read) or lists every attribute's code in the domain's order.
+    before any random draw.  ``record`` maps attribute names to values (only the group's
+    attributes are read) or lists every attribute's value in the domain's order; a value is
+    an integer code, or, where the plan's domain declares them, one of the attribute's
+    labels ("female") or a raw number cut by its bins (an age of 37).
     ``rng=None`` draws all randomness from the OS CSPRNG; a seed is for tests only.
 
     With a ``ledger`` (and the ``campaign``'s id): a campaign already reported gives back

@@ -7,6 +7,7 @@ values.  The domain is public: it is declared, never read off private data silen
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import json
 import math
@@ -73,6 +74,24 @@ class Labels:
         if other:
             names.append(OTHER if other is True else _label(attr, other))
         return cls(tuple(names), bins, bool(other))
+
+    def code_of(self, attr: str, value: Any) -> int:
+        """The code of one raw value (a label, or a number for binned attributes); an
+        unlisted value goes to ``other`` where declared, else it is an error naming it."""
+        code = None
+        if self.bins is not None:
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                x, edges = float(value), self.bins
+                if edges[0] <= x <= edges[-1]:
+                    code = min(bisect.bisect_right(edges, x) - 1, len(edges) - 2)
+        elif str(value) in self.names:
+            code = self.names.index(str(value))
+        if code is None and self.other:
+            code = len(self.names) - 1
+        if code is None:
+            raise DPMarginalsError(f"attribute {attr!r}: value {value!r} is not in the "
+                                   f"declared domain {list(self.names)[:10]}")
+        return code
 
     def to_spec(self) -> list[str] | dict[str, Any]:
         """The JSON form :meth:`from_spec` reads back (a plain list when that says it all)."""
