@@ -9,7 +9,8 @@ A new user's session::
     dpmarginals serve --db adult.db --admin-token secret          # terminal 1
     dpmarginals campaign create --server http://127.0.0.1:8000 --token secret \\
         --id adult --domain adult-domain.json --epsilon 1 --k 2 --n 48842
-    dpmarginals client --server http://127.0.0.1:8000 --campaign adult --data adult.csv.gz --max-epsilon 1
+    dpmarginals client --server http://127.0.0.1:8000 --campaign adult --data adult.csv.gz \\
+        --max-epsilon 1
     curl 'http://127.0.0.1:8000/campaigns/adult/marginals?attributes=age,sex'
 """
 
