@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 from scipy import stats
 
+from command_line import dpmarginals
 from dpmarginals.argtypes import OneLineParser
 from dpmarginals.central import DPMarginals, SparseRecords
 from dpmarginals.domain import Domain
@@ -129,13 +130,18 @@ def _spark_unavailable() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
-def spark():
+def _require_spark() -> None:
+    """Skip without pyspark or Java, except in CI (``CI=true``), where that fails."""
     reason = _spark_unavailable()
     if reason is not None:
         if os.environ.get("CI") == "true" and not os.environ.get("DPMARGINALS_SKIP_SPARK"):
             pytest.fail(f"Spark tests must run in CI: {reason}")
         pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    _require_spark()
     from pyspark.sql import SparkSession
 
     session = (SparkSession.builder.master("local[2]").appName("dpmarginals-tests")
@@ -360,6 +366,19 @@ def test_estimate_command_errors_are_one_line(tmp_path, stored, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "invalid choice" in err
+
+
+def test_spark_command_stderr_is_short(stored, tmp_path):
+    # Spark's WARN-level stack traces (FileStreamSink, one per globbed path) ran to ~860
+    # lines before the answer; a session made by dpmarginals logs at ERROR by default.
+    _require_spark()
+    proc = dpmarginals("estimate", "--reports", stored, "--engine", "spark", "--spark-master",
+                       "local[2]", "--out", tmp_path / "synopsis.json",
+                       env={"DPMARGINALS_SPARK_LOG_LEVEL": ""})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "synopsis from" in proc.stdout
+    lines = proc.stderr.splitlines()
+    assert len(lines) < 20 and "Exception" not in proc.stderr, proc.stderr[-3000:]
 
 
 def test_estimate_function_records_engine_and_times(stored):

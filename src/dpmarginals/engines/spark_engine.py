@@ -13,11 +13,20 @@ generation stays on.
 :class:`~dpmarginals.errors.DPMarginalsError` saying what to install.  Sessions: pass
 one, or the active session is used, or a local one is made (master from
 ``$DPMARGINALS_SPARK_MASTER``, default ``local[*]``).
+
+**Logging.**  A session made here logs at ``ERROR`` (Spark's WARN-level stack traces,
+e.g. FileStreamSink's for every globbed path, ran to hundreds of lines before the
+answer): a log4j2 configuration at that level is given to the driver JVM at startup
+(which also drops Spark's startup banner), the level is set again right after the session
+exists, and Python's ``py4j`` logger is kept at WARNING or above.  Set
+``$DPMARGINALS_SPARK_LOG_LEVEL`` (e.g. ``WARN``, ``INFO``) or pass ``log_level=`` to see
+more.  Sessions passed in or already active are left as their owner configured them.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -57,11 +66,24 @@ from .parquet import (
     write_records,
 )
 
-__all__ = ["SparkEngine", "SparkTupleCounter", "get_session", "require_pyspark"]
+__all__ = ["SparkEngine", "SparkTupleCounter", "get_session", "require_pyspark",
+           "spark_log_level"]
 
 _INSTALL = ("the spark engine needs PySpark: pip install 'dpmarginals[spark]' "
             "(and Java 17, e.g. apt-get install openjdk-17-jre-headless)")
 _LANE = LANE
+_LOG_LEVELS = ("ALL", "TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF")
+_LOG4J2 = """\
+rootLogger.level = {level}
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
+logger.pyspark.name = org.apache.spark.api.python.PythonGatewayServer
+logger.pyspark.level = {level}
+"""
 _WIDE_WORDS = 3  # above this many words per report, explode to (word index, word) rows
 
 
@@ -75,9 +97,42 @@ def require_pyspark() -> Any:
     return pyspark
 
 
-def get_session(spark: Any = None, master: str | None = None) -> Any:
+def spark_log_level(level: str | None = None) -> str:
+    """The log level for sessions made here: ``level``, else ``$DPMARGINALS_SPARK_LOG_LEVEL``,
+    else ``ERROR`` (one of log4j's levels, case-insensitive)."""
+    chosen = (level or os.environ.get("DPMARGINALS_SPARK_LOG_LEVEL") or "ERROR").upper()
+    if chosen == "WARNING":
+        chosen = "WARN"
+    if chosen not in _LOG_LEVELS:
+        raise DPMarginalsError(f"Spark log level must be one of {list(_LOG_LEVELS)}, got "
+                               f"{level or os.environ.get('DPMARGINALS_SPARK_LOG_LEVEL')!r}")
+    return chosen
+
+
+def _log4j2_options(level: str) -> str:
+    """JVM options pointing log4j2 at a console configuration of ``level`` (written once)."""
+    path = Path(tempfile.gettempdir()) / f"dpmarginals-log4j2-{level.lower()}.properties"
+    text = _LOG4J2.format(level=level.lower())
+    if not path.is_file() or path.read_text() != text:
+        tmp = path.with_name(f"{path.name}.{os.getpid()}")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    return f"-Dlog4j2.configurationFile={path.as_uri()}"
+
+
+def _quiet_py4j(level: str) -> None:
+    """Keep Python's ``py4j`` logger at WARNING or above unless it was configured."""
+    logger = logging.getLogger("py4j")
+    if logger.level == logging.NOTSET:
+        wanted = logging.getLevelName("WARNING" if level in ("WARN", "FATAL", "OFF") else level)
+        logger.setLevel(max(logging.WARNING, wanted if isinstance(wanted, int) else 0))
+
+
+def get_session(spark: Any = None, master: str | None = None,
+                log_level: str | None = None) -> Any:
     """``spark`` if given, else the active SparkSession (unless ``master`` is given), else a
-    new one on ``master`` (default ``$DPMARGINALS_SPARK_MASTER``, else ``local[*]``)."""
+    new one on ``master`` (default ``$DPMARGINALS_SPARK_MASTER``, else ``local[*]``) that
+    logs at :func:`spark_log_level` (default ``ERROR``; see the module docstring)."""
     if spark is not None:
         return spark
     require_pyspark()
@@ -87,14 +142,20 @@ def get_session(spark: Any = None, master: str | None = None) -> Any:
     if active is not None and master is None:
         return active
     master = master or os.environ.get("DPMARGINALS_SPARK_MASTER", "local[*]")
+    level = spark_log_level(log_level)
+    _quiet_py4j(level)
     try:
-        return (SparkSession.builder.master(master).appName("dpmarginals")
-                .config("spark.ui.enabled", "false")
-                .config("spark.ui.showConsoleProgress", "false")
-                .config("spark.sql.shuffle.partitions", str(max(2, 2 * (os.cpu_count() or 1))))
-                .getOrCreate())
+        session = (SparkSession.builder.master(master).appName("dpmarginals")
+                   .config("spark.ui.enabled", "false")
+                   .config("spark.ui.showConsoleProgress", "false")
+                   .config("spark.sql.shuffle.partitions",
+                           str(max(2, 2 * (os.cpu_count() or 1))))
+                   .config("spark.driver.extraJavaOptions", _log4j2_options(level))
+                   .getOrCreate())
+        session.sparkContext.setLogLevel(level)
     except Exception as exc:  # Java missing or too old: py4j/pyspark raise several types
         raise DPMarginalsError(f"cannot start Spark ({master}): {exc}; {_INSTALL}") from None
+    return session
 
 
 def _functions() -> Any:
