@@ -7,7 +7,9 @@ Nothing here touches the network: an autouse fixture replaces the download opene
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
+import hashlib
 import io
 import os
 import urllib.error
@@ -30,6 +32,7 @@ from dpmarginals.datasets import (
 )
 from dpmarginals.datasets import files as dfiles
 from dpmarginals.datasets.adult import equal_frequency_codes
+from dpmarginals.datasets.registry import REGISTRY
 from dpmarginals.datasets.transactional import MSNBC_CATEGORIES, Transactions, parse_msnbc
 from dpmarginals.errors import DataNotFoundError, DPMarginalsError
 
@@ -192,8 +195,32 @@ def test_a_truncated_copy_is_refused(tmp_path: Path):
     target = tmp_path / "kosarak-prefix" / "kosarak-prefix.dat.gz"
     target.parent.mkdir()
     target.write_bytes(gzip.compress(b"1 2 3\n2 3\n3 4\n1 5\n"))
-    with pytest.raises(DPMarginalsError, match=r"loaded 4 rows.*expected 36682"):
+    pinned = get_info("kosarak").files[0].sha256
+    with pytest.raises(DPMarginalsError, match=rf"{target}.*SHA-256 of its content is "
+                       rf"[0-9a-f]{{64}}, expected {pinned}"):
         load("kosarak", data_home=tmp_path, d=2)
+    target.write_bytes(gzip.compress(b"1 2 3\n2 3\n" * 1000)[:-20])  # cut short
+    with pytest.raises(DPMarginalsError, match=r"kosarak-prefix.dat.gz' is damaged or truncated"):
+        load("kosarak", data_home=tmp_path, d=2)
+
+
+@needs_data
+def test_every_shared_file_matches_its_pinned_hash():
+    for info in REGISTRY.values():
+        for file in info.files:
+            assert dfiles.content_sha256(Path(DATA) / file.path, file.member) == file.sha256
+
+
+def test_local_file_is_hashed_once_per_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    content = b"a,b\n0,1\n"
+    (tmp_path / "t.csv").write_bytes(content)
+    file = dfiles.RemoteFile("t.csv", sha256=hashlib.sha256(content).hexdigest())
+    calls = []
+    real = dfiles.content_sha256
+    monkeypatch.setattr(dfiles, "content_sha256", lambda *a: calls.append(a) or real(*a))
+    for _ in range(3):
+        assert dfiles.ensure_file(file, tmp_path) == tmp_path / "t.csv"
+    assert len(calls) == 1
 
 
 # -- download ----------------------------------------------------------------------------
@@ -228,15 +255,15 @@ def test_download_converters(tmp_path: Path):
         t = parse_msnbc(zf.read("msnbc990928.seq"))
     assert t.to_lists() == [[1, 1], [2], [3, 2, 2, 4], [17, 16], [6]]
     assert t.item_names[17] == "travel" and t.item_names[1] == "frontpage"
-    (tmp_path / "k.dat").write_bytes(b"1 2\n3\n4 5 6\n7 8\n9 1")  # last line cut
-    dfiles.first_lines_gzip(3)(tmp_path / "k.dat", tmp_path / "k3.gz")
-    assert gzip.decompress((tmp_path / "k3.gz").read_bytes()) == b"1 2\n3\n4 5 6\n"
-    dfiles.first_lines_gzip(99)(tmp_path / "k.dat", tmp_path / "kall.gz")
-    assert gzip.decompress((tmp_path / "kall.gz").read_bytes()) == b"1 2\n3\n4 5 6\n7 8\n"
+    (tmp_path / "k.dat.gz").write_bytes(gzip.compress(b"1 2\n3\n4 5 6\n7 8\n9 1"))
+    dfiles.first_bytes_gzip(9)(tmp_path / "k.dat.gz", tmp_path / "k9.gz")
+    assert gzip.decompress((tmp_path / "k9.gz").read_bytes()) == b"1 2\n3\n4 5"
+    dfiles.first_bytes_gzip(99)(tmp_path / "k.dat.gz", tmp_path / "kall.gz")
+    assert gzip.decompress((tmp_path / "kall.gz").read_bytes()) == b"1 2\n3\n4 5 6\n7 8\n9 1"
 
 
 def test_load_downloads_a_missing_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
-    """A missing file is fetched from its first source, converted and then loaded."""
+    """A missing file is fetched from its first source, converted, checked, then loaded."""
     records = b"".join(b"%d %d\n" % (i % 7, 7 + i % 3) for i in range(36_682)) + b"1 2 3"
     served = []
 
@@ -245,12 +272,49 @@ def test_load_downloads_a_missing_file(monkeypatch: pytest.MonkeyPatch, tmp_path
         return io.BytesIO(gzip.compress(records))  # FIMI serves kosarak.dat.gz
 
     monkeypatch.setattr(dfiles, "_urlopen", opener)
+    info = get_info("kosarak")  # pin these records instead of the real prefix
+    file = dataclasses.replace(info.files[0], sha256=hashlib.sha256(records).hexdigest())
+    monkeypatch.setitem(REGISTRY, "kosarak", dataclasses.replace(info, files=(file,)))
     ds = load("kosarak", data_home=tmp_path, d=4)
     assert served == ["https://fimi.uantwerpen.be/data/kosarak.dat.gz"]
     assert (ds.n, ds.d) == (36_682, 4)
     stored = tmp_path / "kosarak-prefix" / "kosarak-prefix.dat.gz"
-    assert gzip.decompress(stored.read_bytes()) == records[: records.rfind(b"\n") + 1]
+    assert gzip.decompress(stored.read_bytes()) == records  # the cut line dropped on load
     assert [p.name for p in stored.parent.iterdir()] == [stored.name]  # no temp files
+
+
+def test_changed_or_truncated_download_is_refused(monkeypatch: pytest.MonkeyPatch,
+                                                  tmp_path: Path):
+    """Both sources serve a cut-short file: pooch refuses the plain one before it is
+    stored, the check after conversion the other; the error names file and hashes."""
+    pinned = get_info("kosarak").files[0].sha256
+    cut = b"1 2 3\n4 5\n6"
+    monkeypatch.setattr(dfiles, "_urlopen",
+                        lambda url, timeout: io.BytesIO(gzip.compress(cut) if url.endswith(
+                            ".gz") else cut))
+    with pytest.raises(DataNotFoundError) as err:
+        load("kosarak", data_home=tmp_path, d=2)
+    message = str(err.value)
+    assert "\n" not in message and "kosarak-prefix/kosarak-prefix.dat.gz" in message
+    actual = hashlib.sha256(cut).hexdigest()
+    assert f"SHA-256 of its content is {actual}, expected {pinned}" in message  # FIMI
+    assert f"(kosarak.dat) does not match the known hash: expected {pinned} but got " \
+           f"{actual}" in message  # the GitHub mirror, through pooch
+    assert not (tmp_path / "kosarak-prefix" / "kosarak-prefix.dat.gz").exists()
+
+
+def test_fetch_checks_a_file_url_with_pooch(tmp_path: Path):
+    src = tmp_path / "served.csv"
+    src.write_bytes(b"a,b\n0,1\n")
+    good = dfiles.RemoteFile("x/served.csv.gz", ((src.as_uri(), dfiles.gzip_file),),
+                             sha256=hashlib.sha256(src.read_bytes()).hexdigest())
+    stored = dfiles.ensure_file(good, tmp_path / "home")
+    assert gzip.decompress(stored.read_bytes()) == src.read_bytes()
+    bad = dataclasses.replace(good, path="y/served.csv.gz", sha256="0" * 64)
+    with pytest.raises(DataNotFoundError, match=r"served.csv\) does not match the known hash: "
+                       r"expected 0{64} but got [0-9a-f]{64}"):
+        dfiles.ensure_file(bad, tmp_path / "home")
+    assert not (tmp_path / "home" / "y" / "served.csv.gz").exists()
 
 
 # -- transactional parsing ---------------------------------------------------------------

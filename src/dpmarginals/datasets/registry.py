@@ -6,6 +6,15 @@ original home first (UCI, the FIMI repository), then the GitHub repository and c
 the shared copy was taken from.  Row and attribute counts are the data set *as loaded*
 (after the preprocessing its loader documents); ``load`` checks the row count, so a
 truncated or different copy is caught instead of silently changing an experiment.
+
+Every file also pins the SHA-256 of its content (see :mod:`.files`), computed from the
+project's shared copies, each of which is byte for byte the upstream file at the
+commit named here (checked when the hashes were pinned).  Two files are not plain
+copies of a download: ``kosarak-prefix`` is the first 1,166,622 bytes of FIMI's
+``kosarak.dat`` (36,682 whole transactions and a cut line the loader drops), as the
+GitHub mirror serves it; FIMI's full files and UCI's MSNBC ``.seq.gz`` are not held, so
+their downloads are checked after conversion (the stored content), not as downloaded.
+UCI's Adult files are pinned to the copies in hd-datasets (``raw/adult/``).
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ from ..randomness import RNGLike
 from . import adult as _adult
 from . import builtin as _builtin
 from . import taxi as _taxi
-from .files import RemoteFile, copy, ensure_file, find_file, first_lines_gzip, gunzip_into_zip
+from .files import RemoteFile, copy, ensure_file, find_file, first_bytes_gzip, gunzip_into_zip
 from .files import gzip_file as _gz
 from .transactional import Transactions, read_msnbc, read_transactions
 
@@ -214,20 +223,35 @@ def _builtin_loader(paths: Mapping[str, Path], d: int | None) -> Dataset:
 
 # -- the table -----------------------------------------------------------------------------
 _ADULT_RAW_FILES = (
-    RemoteFile("adult-raw/adult.data.gz", ((f"{_UCI}/adult/adult.data", _gz),)),
-    RemoteFile("adult-raw/adult.test.gz", ((f"{_UCI}/adult/adult.test", _gz),)),
+    RemoteFile("adult-raw/adult.data.gz", ((f"{_UCI}/adult/adult.data", _gz),),
+               sha256="5b00264637dbfec36bdeaab5676b0b309ff9eb788d63554ca0a249491c86603d"),
+    RemoteFile("adult-raw/adult.test.gz", ((f"{_UCI}/adult/adult.test", _gz),),
+               sha256="a2a9044bc167a35b2361efbabec64e89d69ce82d9790d2980119aac5fd7e9c05"),
 )
 _ADULT_CITE = ("Kohavi & Becker, UCI Adult (Census Income), 1996, "
                "doi:10.24432/C5XW20; CALM: Zhang et al., CCS 2018")
 
 
+_PRIVMRF_SHA256 = {  # (data, domain, labels)
+    "acs": ("89e337a3431f9b3f76d84142cb048495fec93ff10018b1f38b25a19491582cc8",
+            "153ce7fa936e7c6a8bb70205ae5203dc028f8896cacab12e43e9e874eef7eb15",
+            "bdec50d59a927b8fe5c09fc6d6f762acbc1cc20884aefbf1ec8a282b48681c15"),
+    "br2000": ("a08ae196bd1facefe86039524c628b3d94bc08d1d1408fc7afc5684f03044104",
+               "1e285a611e3ded08366f237df1d669285ba1a79a55fb5e874884e94bd1c28f70",
+               "0141c1cba2723595d5b2a91d88314ae2780340cf252999ee9394178657b1272c"),
+}
+
+
 def _privmrf(name: str) -> tuple[RemoteFile, ...]:
+    data, domain, labels = _PRIVMRF_SHA256[name]
     return (
-        RemoteFile(f"{name}/{name}.csv.gz", ((_gh(*_PRIVMRF, f"preprocess/{name}.csv"), _gz),)),
+        RemoteFile(f"{name}/{name}.csv.gz", ((_gh(*_PRIVMRF, f"preprocess/{name}.csv"), _gz),),
+                   sha256=data),
         RemoteFile(f"{name}/{name}-domain.json",
-                   ((_gh(*_PRIVMRF, f"preprocess/{name}.json"), copy),)),
+                   ((_gh(*_PRIVMRF, f"preprocess/{name}.json"), copy),), sha256=domain),
         RemoteFile(f"{name}/{name}-labels.json",
-                   ((_gh(*_PRIVMRF, f"preprocess/{name}_int_to_str.json"), copy),)),
+                   ((_gh(*_PRIVMRF, f"preprocess/{name}_int_to_str.json"), copy),),
+                   sha256=labels),
     )
 
 
@@ -263,8 +287,10 @@ def _entries() -> list[DataSetInfo]:
         source="https://github.com/ryan112358/hd-datasets", licence="CC BY 4.0",
         citation="McKenna et al., private-pgm / hd-datasets; " + _ADULT_CITE,
         files=(
-            RemoteFile("adult/adult.csv.gz", ((_gh(*_HD, "clean/adult.csv"), _gz),)),
-            RemoteFile("adult/adult-domain.json", ((_gh(*_HD, "clean/adult-domain.json"), copy),)),
+            RemoteFile("adult/adult.csv.gz", ((_gh(*_HD, "clean/adult.csv"), _gz),),
+                       sha256="a1016062b7ea0e51919eb80239e7fd5cd73a966767848205830d0e7d23b10d2e"),
+            RemoteFile("adult/adult-domain.json", ((_gh(*_HD, "clean/adult-domain.json"), copy),),
+                       sha256="e9d71a0deba4a85a565013030d61d7f5ca03fa224ca46fcc0a1930b079d3a37d"),
         ),
         loader=_coded_loader("adult-pgm", "adult/adult.csv.gz", "adult/adult-domain.json"),
     ))
@@ -280,7 +306,8 @@ def _entries() -> list[DataSetInfo]:
             (f"{_UCI}/msnbc-mld/msnbc990928.seq.gz", gunzip_into_zip("msnbc990928.seq")),
             (_gh("numenta/nupic-legacy", "7281482d",
                  "examples/prediction/category_prediction/msnbc990928.zip"), copy),
-        )),),
+        ), sha256="982d85eb7aff1744e64d8bfadb21f53fb921b79d53b6305d4df232da59f218fe",
+            member="msnbc990928.seq"),),
         loader=_transactional_loader("msnbc", "msnbc/msnbc990928.zip"),
     ))
     e.append(DataSetInfo(
@@ -292,10 +319,10 @@ def _entries() -> list[DataSetInfo]:
         source=f"{_FIMI}/kosarak.dat.gz", licence="FIMI repository data",
         citation="Bodon, FIMI repository (kosarak), 2003; CALM: Zhang et al., CCS 2018",
         files=(RemoteFile("kosarak-prefix/kosarak-prefix.dat.gz", (
-            (f"{_FIMI}/kosarak.dat.gz", first_lines_gzip(36_682)),
+            (f"{_FIMI}/kosarak.dat.gz", first_bytes_gzip(1_166_622)),
             (_gh("berkin768/Apriori-Method-Analysis", "1a5a4a2e1ca61bdcbe11db0670c4fa6d1179b334",
-                 "kosarak.dat"), first_lines_gzip(36_682)),
-        )),),
+                 "kosarak.dat"), _gz),
+        ), sha256="a4824eda4c747a67cd45bb9e8cc58e96645dd765eea46772ce24c73e8160eba0"),),
         loader=_transactional_loader("kosarak", "kosarak-prefix/kosarak-prefix.dat.gz"),
     ))
     e.append(DataSetInfo(
@@ -310,7 +337,7 @@ def _entries() -> list[DataSetInfo]:
             (f"{_FIMI}/T10I4D100K.dat.gz", copy),
             (_gh("vidhur2k/CS6220-HW4", "febd5a69bfc73b503bf89bc1a336454f3a21dfc3",
                  "data/T10I4D100K.dat"), _gz),
-        )),),
+        ), sha256="464d7b87aa7fdc0dc432ddad0493515569b2968b0f229ce39399c454a8c62e0c"),),
         loader=_transactional_loader("t10i4d100k", "t10i4d100k/T10I4D100K.dat.gz"),
     ))
     e.append(DataSetInfo(
@@ -322,8 +349,10 @@ def _entries() -> list[DataSetInfo]:
         licence="NYC TLC public data",
         citation="NYC TLC trip records via seaborn-data; Cormode, Kulkarni & Srivastava, "
         "SIGMOD 2018",
-        files=(RemoteFile("nyc-taxis/taxis.csv.gz",
-                          ((_gh("mwaskom/seaborn-data", "71e2436a", "taxis.csv"), _gz),)),),
+        files=(RemoteFile(
+            "nyc-taxis/taxis.csv.gz",
+            ((_gh("mwaskom/seaborn-data", "71e2436a", "taxis.csv"), _gz),),
+            sha256="08d6d71784dbaa2651fee37fc03389754194c05d72d2d19cbc2c799dea6ac09d"),),
         loader=_taxi_loader,
     ))
     for name, rows, d, dom, desc in (
@@ -348,9 +377,11 @@ def _entries() -> list[DataSetInfo]:
         licence="public survey data",
         citation="Manton, National Long Term Care Survey 1982-2004; Zhang et al., PrivBayes",
         files=(
-            RemoteFile("nltcs/nltcs.csv.gz", ((_gh(*_HD, "clean/nltcs.csv"), _gz),)),
+            RemoteFile("nltcs/nltcs.csv.gz", ((_gh(*_HD, "clean/nltcs.csv"), _gz),),
+                       sha256="1b8f091c6e6ab2635cc96d4f19bd39a892fc48e488b0304e92077b4e67f1f89c"),
             RemoteFile("nltcs/nltcs-domain.json",
-                       ((_gh(*_NIST, "extensions/datasets/nltcs-domain.json"), copy),)),
+                       ((_gh(*_NIST, "extensions/datasets/nltcs-domain.json"), copy),),
+                       sha256="39ffb870b7085ba5f69bf3a3303190683d6bc1fd14c97abf3a1c335f40b32cc6"),
         ),
         loader=_coded_loader("nltcs", "nltcs/nltcs.csv.gz", "nltcs/nltcs-domain.json"),
     ))
@@ -363,9 +394,11 @@ def _entries() -> list[DataSetInfo]:
         citation="McKenna et al., NIST Differential Privacy Temporal Map Challenge extensions",
         files=(
             RemoteFile("loans/loans.zip",
-                       ((_gh(*_NIST, "extensions/datasets/loans.zip"), copy),)),
+                       ((_gh(*_NIST, "extensions/datasets/loans.zip"), copy),),
+                       sha256="841ab75ed8b2082b38267c5b97e56db1a501e992776d7797473a7459568e3e08"),
             RemoteFile("loans/loans-domain.json",
-                       ((_gh(*_NIST, "extensions/datasets/loans-domain.json"), copy),)),
+                       ((_gh(*_NIST, "extensions/datasets/loans-domain.json"), copy),),
+                       sha256="64b2313a24728e5d56425577a65daac0b0f499c42159f1476c5312016401035b"),
         ),
         loader=_coded_loader("loans", "loans/loans.zip", "loans/loans-domain.json"),
     ))
@@ -378,9 +411,11 @@ def _entries() -> list[DataSetInfo]:
         licence="Apache-2.0 repository",
         citation="SF Fire Department Calls for Service (DataSF); NIST DP challenge 2020",
         files=(
-            RemoteFile("fire/fire.zip", ((_gh(*_NIST, "extensions/datasets/fire.zip"), copy),)),
+            RemoteFile("fire/fire.zip", ((_gh(*_NIST, "extensions/datasets/fire.zip"), copy),),
+                       sha256="d7654c74ff60013303dfd5a459d55385757da22ca1ab7ede98e7c78b74acfcfb"),
             RemoteFile("fire/fire-domain.json",
-                       ((_gh(*_NIST, "extensions/datasets/fire-domain.json"), copy),)),
+                       ((_gh(*_NIST, "extensions/datasets/fire-domain.json"), copy),),
+                       sha256="786c51e6e8d4b7af9e058fe938d5098a441bef66de5d9a30f99c02d14a8b8648"),
         ),
         loader=_coded_loader("fire", "fire/fire.zip", "fire/fire-domain.json"),
     ))
