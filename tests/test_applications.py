@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import os
 
 import numpy as np
 import pytest
@@ -23,8 +22,6 @@ from dpmarginals.domain import Domain
 from dpmarginals.errors import DPMarginalsError
 from dpmarginals.synthetic import network, sample_marginal, synthesize
 from dpmarginals.table import MarginalTable
-
-HAS_DATA = bool(os.environ.get("DPMARGINALS_DATA"))
 
 
 def chain_data(n: int = 20_000, seed: int = 0) -> Dataset:
@@ -101,7 +98,7 @@ def test_independence_test_on_a_private_synopsis():
     assert res.dependent and res.attributes == ("a", "b")
 
 
-@pytest.mark.skipif(not HAS_DATA, reason="needs DPMARGINALS_DATA")
+@pytest.mark.needs_data
 def test_taxi_pairs_on_the_real_trips():
     """§6.1's pairs on the 5,589 real trips (n = 5,589): the expected decisions, except
     Far-Night_pick, whose weak association is significant at 5% (p = 0.014)."""

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import warnings
 
 import numpy as np
@@ -25,8 +24,6 @@ from dpmarginals.errors import DPMarginalsError
 from dpmarginals.evaluate import evaluate
 from dpmarginals.methods import available, make
 from dpmarginals.synopsis import load_synopsis
-
-HAS_DATA = bool(os.environ.get("DPMARGINALS_DATA"))
 
 LOCAL = ["fc", "am", "ft", "em", "be", "inp_rr", "inp_ps", "inp_ht", "marg_rr", "marg_ps",
          "marg_ht", "inp_em", "inp_olh", "inp_htcms"]
@@ -353,7 +350,7 @@ def test_synopsis_round_trips_through_json(name, tmp_path):
 
 
 # -- every method end to end through the command line --------------------------------------------
-@pytest.mark.skipif(not HAS_DATA, reason="needs DPMARGINALS_DATA (the shared data sets)")
+@pytest.mark.needs_data
 @pytest.mark.parametrize("dataset", ["msnbc", "adult3"])
 def test_cli_runs_every_method(dataset, capsys):
     from dpmarginals.cli import main

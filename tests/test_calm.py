@@ -137,10 +137,7 @@ def test_bad_parameters_are_named():
         CALM(epsilon=1.0, k=1).run(Dataset(np.zeros((50, 2), int), dom), rng=0).marginal(["zz"])
 
 
-needs_data = pytest.mark.skipif(
-    not __import__("os").environ.get("DPMARGINALS_DATA"),
-    reason="needs DPMARGINALS_DATA (the real data sets)",
-)
+needs_data = pytest.mark.needs_data
 
 
 @needs_data

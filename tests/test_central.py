@@ -14,7 +14,6 @@ import importlib.util
 import itertools
 import json
 import math
-import os
 from decimal import Decimal, getcontext
 
 import numpy as np
@@ -56,7 +55,6 @@ from dpmarginals.central.noise import (
 )
 from dpmarginals.errors import DPMarginalsError
 
-HAS_DATA = bool(os.environ.get("DPMARGINALS_DATA"))
 needs_opendp = pytest.mark.skipif(importlib.util.find_spec("opendp") is None,
                                   reason="the release path needs OpenDP: pip install opendp")
 
@@ -591,7 +589,7 @@ def test_cli_empty_file(monkeypatch, capsys, tmp_path):
 
 # -- real data, as a new user runs it -----------------------------------------------------
 @needs_opendp
-@pytest.mark.skipif(not HAS_DATA, reason="set DPMARGINALS_DATA to the shared data folder")
+@pytest.mark.needs_data
 @pytest.mark.parametrize("name, n_items", [("kosarak-prefix", None), ("msnbc", 17)])
 def test_real_data_sets_within_two_minutes(monkeypatch, capsys, name, n_items):
     code, out, err = _main(monkeypatch, capsys, "central", "--data", name, "--epsilon", "1",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -13,8 +12,6 @@ import pytest
 
 from command_line import dpmarginals, one_error_line
 from dpmarginals.cli import main
-
-HAS_DATA = bool(os.environ.get("DPMARGINALS_DATA"))
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
@@ -116,7 +113,7 @@ def test_demo_runs_offline_and_beats_uniform(capsys, monkeypatch):
     assert "Uniform baseline" in out and "estimated" in out
 
 
-@pytest.mark.skipif(not HAS_DATA, reason="needs DPMARGINALS_DATA (the real data sets)")
+@pytest.mark.needs_data
 def test_run_on_real_msnbc(capsys):
     code, out, err = run_cli(capsys, "run", "--dataset", "msnbc", "--d", "16", "--n", "65536",
                              "--k", "3", "--epsilon", "1.0", "--queries", "20", "--json")

@@ -37,10 +37,7 @@ from dpmarginals.datasets.transactional import MSNBC_CATEGORIES, Transactions, p
 from dpmarginals.errors import DataNotFoundError, DPMarginalsError
 
 DATA = os.environ.get("DPMARGINALS_DATA")
-needs_data = pytest.mark.skipif(
-    not DATA or not Path(DATA).is_dir(),
-    reason="DPMARGINALS_DATA is not set to the shared data directory (../shared/data)",
-)
+needs_data = pytest.mark.needs_data
 
 ALL = {"adult", "adult3", "adult2", "adult-pgm", "msnbc", "kosarak", "t10i4d100k",
        "nyc-taxis", "acs", "br2000", "nltcs", "loans", "fire", "randhie"}

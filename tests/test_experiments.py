@@ -24,8 +24,7 @@ from dpmarginals.experiments import (
 )
 from dpmarginals.experiments.runner import COMMON_COLUMNS, END_COLUMN
 
-HAS_DATA = bool(os.environ.get("DPMARGINALS_DATA"))
-needs_data = pytest.mark.skipif(not HAS_DATA, reason="needs DPMARGINALS_DATA")
+needs_data = pytest.mark.needs_data
 TIMING = ["seconds"]
 
 
