@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -325,3 +326,99 @@ def test_the_client_takes_the_users_own_values():
         make_report(plan, {"sex": "x", "age": 37, "country": "US"}, max_epsilon=20)
     with pytest.raises(DPMarginalsError, match=r"'age': value 12 is not in"):
         make_report(plan, {"sex": "f", "age": 12, "country": "US"}, max_epsilon=20)
+
+
+# -- what an attacker's and a careless user's trial found ----------------------------------
+def test_a_huge_declared_attribute_is_refused_before_any_work(tmp_path):
+    frame = pd.DataFrame({"visits": [0, 1, 2] * 50, "sex": ["f", "m", "f"] * 50})
+    dom = {"visits": 10_000_000, "sex": ["f", "m"]}
+    with pytest.raises(DPMarginalsError, match=r"'visits' has 10,000,000 values"):
+        release(frame, dom, epsilon=1.0, k=2)
+
+
+def test_a_domain_read_off_the_data_is_marked_not_private():
+    with pytest.warns(PrivacyLeakWarning):
+        r = release(people(300), domain_from_data=True, epsilon=1.0, k=2)
+    assert r.privacy.private is False and "read off the private data" in r.privacy.reason
+    with pytest.warns(PrivacyLeakWarning):
+        data = Dataset.from_frame(people(300))
+    assert release(data, epsilon=1.0, k=2).privacy.private is False
+    assert release(Dataset.from_frame(people(300), DOMAIN), epsilon=1.0, k=2).privacy.private
+
+
+def test_only_a_json_true_is_private(tmp_path):
+    r = release(people(300), DOMAIN, epsilon=1.0, k=2)
+    body = r.to_dict()
+    body["privacy"]["private"] = "false"
+    (tmp_path / "s.json").write_text(json.dumps(body))
+    with pytest.warns(NotPrivateWarning, match="private = 'false'"):
+        assert load_synopsis(tmp_path / "s.json").privacy.private is False
+
+
+def test_release_does_not_overwrite_its_inputs(files):
+    csv, dom = files
+    before = csv.read_bytes()
+    one_error_line(cli("release", csv, "--domain", dom, "--epsilon", 1, "--out", csv),
+                   "one of the inputs")
+    one_error_line(cli("release", csv, "--domain", dom, "--epsilon", 1, "--out", dom),
+                   "one of the inputs")
+    assert csv.read_bytes() == before
+
+
+def test_more_domain_and_data_mistakes_are_one_line(tmp_path):
+    csv = tmp_path / "h.csv"
+    csv.write_text("sex,smoker\n")
+    dom = tmp_path / "d.json"
+    dom.write_text('{"sex": ["f", "m"], "smoker": ["no", "yes"]}')
+    one_error_line(cli("release", csv, "--domain", dom, "--epsilon", 1,
+                       "--out", tmp_path / "r.json"), "no rows")
+    for text, words in (('{"sex": NaN}', "'sex'"), ('{"sex": 2, "sex": 3}', "more than once"),
+                        ('{"sex": {"labels": ["f"], "othre": true}}', "othre"),
+                        ('{"sex": {"labels": ["f", "f"]}}', "'sex': value labels repeat")):
+        dom.write_text(text)
+        with pytest.raises(DPMarginalsError, match=words):
+            Domain.load(dom)
+
+
+def test_uniform_is_a_release_too():
+    assert release(people(100), DOMAIN, method="uni", epsilon=1.0).privacy.private
+
+
+def test_a_plan_is_taken_as_sent_or_not_at_all():
+    from dpmarginals.plan import Plan
+
+    plan = CALM(epsilon=1.0, k=2).plan(Domain.from_dict(DOMAIN), 1000).to_dict()
+    for field, bad in (("epsilon", "1"), ("epsilon", True), ("version", 1.5),
+                       ("format", "junk")):
+        with pytest.raises(DPMarginalsError, match=repr(field)[1:-1]):
+            Plan.from_dict({**plan, field: bad})
+    groups = [{**plan["groups"][0], "cells": float(plan["groups"][0]["cells"])}]
+    with pytest.raises(DPMarginalsError, match="'cells' must be a JSON integer"):
+        Plan.from_dict({**plan, "groups": groups})
+
+
+def test_a_malformed_assignment_is_a_clear_error(monkeypatch):
+    from dpmarginals.client import ServiceClient, ServiceError
+
+    client = ServiceClient("http://127.0.0.1:9", "c")
+    for body in ([1], {}, {"group": "1"}, {"group": True}):
+        monkeypatch.setattr(client, "request", lambda *a, body=body, **k: (200, body))
+        with pytest.raises(ServiceError, match="assignment is not an integer group"):
+            client.assignment()
+    monkeypatch.setattr(client, "request", lambda *a, **k: (200, {"groups": [0]}))
+    with pytest.raises(ServiceError, match="not 2 groups"):
+        client.assignment(2)
+
+
+def test_a_closed_pipe_is_no_traceback(files, tmp_path):
+    csv, dom = files
+    out = tmp_path / "r.json"
+    assert cli("release", csv, "--domain", dom, "--epsilon", 1, "--k", 3, "--out", out
+               ).returncode == 0
+    # the reader goes away before the command writes (its imports alone take far longer)
+    proc = subprocess.Popen([sys.executable, "-m", "dpmarginals.cli", "query", str(out),
+                             "--attributes", "education,income", "--format", "json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in err, err

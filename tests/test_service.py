@@ -280,7 +280,7 @@ def test_campaign_creation_validates_the_plan_and_the_id(api):
         ({"id": "c1", "plan": {**good, "hash": "0" * 64}}, "does not match"),
         ({"id": "c1", "plan": {**unhashed, "groups": seven}}, "cells = 7"),
         ({"id": "c1", "plan": {**unhashed, "groups": []}}, "no groups"),
-        ({"id": "c1", "plan": {**unhashed, "epsilon": "x"}}, "malformed plan"),
+        ({"id": "c1", "plan": {**unhashed, "epsilon": "x"}}, "'epsilon' must be a JSON number"),
         ({"id": "c1", "plan": {**unhashed, "version": 9}}, "version 9"),
         ({"id": "bad id!", "plan": good}, "id must be"),
         ({"id": "c1", "plan": [1, 2]}, "JSON object"),

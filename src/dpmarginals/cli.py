@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import warnings
@@ -294,6 +295,10 @@ def _query_tuples(release: Any, attrs: list[str], args: argparse.Namespace) -> i
 def _cmd_release(args: argparse.Namespace) -> int:
     from .private_release import release
 
+    inputs = [Path(p).resolve() for p in (args.data, args.domain) if p is not None]
+    if Path(args.out).resolve() in inputs:
+        raise DPMarginalsError(f"--out {args.out!r} is one of the inputs; write the release "
+                               "elsewhere")
     params = {key: getattr(args, key) for key in ("theta", "m", "l", "oracle", "inference",
                                                    "postprocess")
               if getattr(args, key) is not None}
@@ -508,6 +513,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("dpmarginals: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # e.g. `dpmarginals query ... | head`: stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except MemoryError:
         print("dpmarginals: error: out of memory; try a smaller --n, --d or --k", file=sys.stderr)
         return 1

@@ -623,7 +623,16 @@ class ServiceClient:
         """The group the service assigns to this user (``count`` users: a list)."""
         query = None if count is None else {"count": int(count)}
         _, body = self.request("GET", self._path("/assignment", query))
-        return body["group"] if count is None else list(body["groups"])
+        key = "group" if count is None else "groups"
+        value = body.get(key) if isinstance(body, dict) else None
+        groups = [value] if count is None else value
+        if not isinstance(groups, list) or not all(
+                isinstance(g, int) and not isinstance(g, bool) for g in groups) or (
+                count is not None and len(groups) != count):
+            raise ServiceError(200, "bad_assignment", f"the server's assignment is not "
+                               f"{'an integer group' if count is None else f'{count} groups'}: "
+                               f"{str(body)[:200]}", body)
+        return groups[0] if count is None else groups
 
     def send(self, report: Mapping[str, Any]) -> dict[str, Any]:
         """Post one report; returns the service's acknowledgement."""

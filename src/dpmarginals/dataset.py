@@ -43,6 +43,8 @@ class Dataset:
     domain: Domain
     labels: Mapping[str, Sequence[str]] = field(default_factory=dict)
     name: str = "data"
+    domain_from_data: bool = False
+    """True when the domain was read off these records (it then reveals their values)."""
 
     def __post_init__(self) -> None:
         codes = np.asarray(self.codes)
@@ -102,11 +104,12 @@ class Dataset:
     def project(self, attrs: Sequence[str]) -> Dataset:
         """Keep only the columns ``attrs`` (in that order)."""
         idx = list(self.domain.indices(attrs))
-        labels = {a: v for a, v in self.labels.items() if a in attrs}
-        return Dataset(self.codes[:, idx], self.domain.project(attrs), labels, self.name)
+        return Dataset(self.codes[:, idx], self.domain.project(attrs), name=self.name,
+                       domain_from_data=self.domain_from_data)
 
     def take(self, rows: np.ndarray) -> Dataset:
-        return Dataset(self.codes[rows], self.domain, self.labels, self.name)
+        return Dataset(self.codes[rows], self.domain, name=self.name,
+                       domain_from_data=self.domain_from_data)
 
     def sample(self, n: int, *, rng: RNGLike = None, replace: bool = True) -> Dataset:
         """``n`` users drawn from the rows (with replacement by default)."""
@@ -140,8 +143,11 @@ class Dataset:
         the column, the row and the value.  Without a domain, it is read off the data with
         a :class:`~dpmarginals.errors.PrivacyLeakWarning`.
         """
+        if len(frame) == 0:
+            raise DPMarginalsError("the data has no rows")
         dom = domain_from_data(frame) if domain is None else _as_domain(domain)
-        return cls(encode_frame(frame, dom, extra_columns=extra_columns), dom, name=name)
+        return cls(encode_frame(frame, dom, extra_columns=extra_columns), dom, name=name,
+                   domain_from_data=domain is None)
 
     @classmethod
     def from_file(

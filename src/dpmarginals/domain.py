@@ -58,6 +58,14 @@ class Labels:
         """From a list of names, or ``{"labels": [...], "bins": [...], "other": bool|str}``."""
         if isinstance(spec, list | tuple):
             spec = {"labels": spec}
+        unknown = sorted(set(spec) - {"labels", "bins", "other"})
+        if unknown:
+            raise DPMarginalsError(f"attribute {attr!r}: unknown keys {unknown} (an attribute "
+                                   "has 'labels', 'bins' and 'other')")
+        other = spec.get("other", False)
+        if not (isinstance(other, bool) or (isinstance(other, str) and other.strip())):
+            raise DPMarginalsError(f"attribute {attr!r}: 'other' must be true, false or the "
+                                   f"name of the catch-all value, got {other!r}")
         bins = spec.get("bins")
         names = spec.get("labels")
         if bins is not None:
@@ -70,10 +78,12 @@ class Labels:
             raise DPMarginalsError(f"attribute {attr!r}: labels must be a non-empty list, "
                                    f"got {names!r}")
         names = [_label(attr, x) for x in names]
-        other = spec.get("other", False)
         if other:
             names.append(OTHER if other is True else _label(attr, other))
-        return cls(tuple(names), bins, bool(other))
+        try:
+            return cls(tuple(names), bins, bool(other))
+        except DPMarginalsError as exc:
+            raise DPMarginalsError(f"attribute {attr!r}: {exc}") from None
 
     def code_of(self, attr: str, value: Any) -> int:
         """The code of one raw value (a label, or a number for binned attributes); an
@@ -116,6 +126,15 @@ def _edges(attr: str, bins: Any) -> tuple[float, ...]:
         raise DPMarginalsError(f"attribute {attr!r}: bins must be at least 2 finite, strictly "
                                f"increasing edges, got {list(bins)!r}")
     return edges
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys do not repeat (json keeps the last one silently)."""
+    keys = [k for k, _ in pairs]
+    repeated = sorted({k for k in keys if keys.count(k) > 1})
+    if repeated:
+        raise DPMarginalsError(f"domain JSON names {repeated} more than once")
+    return dict(pairs)
 
 
 def _label(attr: str, value: Any) -> str:
@@ -196,7 +215,8 @@ class Domain:
             elif isinstance(value, Mapping | list | tuple):
                 lab = Labels.from_spec(str(name), value)
                 value = len(lab.names)
-            if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+            if (isinstance(value, bool) or not isinstance(value, int | float)
+                    or not math.isfinite(value) or value != int(value)):
                 raise DPMarginalsError(
                     f"domain size of attribute {name!r} must be an integer, got {value!r}"
                 )
@@ -214,7 +234,7 @@ class Domain:
             raise DPMarginalsError(
                 f"cannot read domain file {str(path)!r}: {exc.strerror}") from None
         try:
-            spec = json.loads(text)
+            spec = json.loads(text, object_pairs_hook=_unique_keys)
         except json.JSONDecodeError as exc:
             raise DPMarginalsError(f"domain file {str(path)!r} is not valid JSON: {exc}") from None
         return cls.from_dict(spec)

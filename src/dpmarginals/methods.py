@@ -40,6 +40,7 @@ class Uniform:
 
     epsilon: float | None = None
     k: int | None = None
+    per_user: bool = False  # it reads no record, so there is nothing to randomize
     name: ClassVar[str] = "uni"
 
     def plan(self, domain: Domain, n: int) -> Plan:

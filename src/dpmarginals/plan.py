@@ -19,6 +19,7 @@ from .errors import DPMarginalsError
 __all__ = ["PLAN_VERSION", "GroupSpec", "Plan"]
 
 PLAN_VERSION = 1
+_FORMAT = "dpmarginals.plan"
 
 
 @dataclass(frozen=True)
@@ -39,8 +40,9 @@ class GroupSpec:
 
     @classmethod
     def from_dict(cls, spec: Mapping[str, Any]) -> GroupSpec:
-        return cls(tuple(spec["attributes"]), str(spec["oracle"]), float(spec["epsilon"]),
-                   int(spec["cells"]))
+        """From JSON, with exact types: what is hashed is what was sent."""
+        return cls(tuple(spec["attributes"]), _typed(spec, "oracle", str),
+                   float(_typed(spec, "epsilon", float)), _typed(spec, "cells", int))
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,7 @@ class Plan:
 
     def to_dict(self, *, with_hash: bool = True) -> dict[str, Any]:
         body = {
-            "format": "dpmarginals.plan",
+            "format": _FORMAT,
             "version": self.version,
             "method": self.method,
             "epsilon": self.epsilon,
@@ -96,13 +98,16 @@ class Plan:
     @classmethod
     def from_dict(cls, spec: Mapping[str, Any]) -> Plan:
         try:
-            version = int(spec.get("version", PLAN_VERSION))
+            if spec.get("format", _FORMAT) != _FORMAT:
+                raise DPMarginalsError(f"plan format must be {_FORMAT!r}, got "
+                                       f"{spec.get('format')!r}")
+            version = _typed(spec, "version", int) if "version" in spec else PLAN_VERSION
             if version != PLAN_VERSION:
                 raise DPMarginalsError(f"plan version {version} is not supported "
                                        f"(this dpmarginals reads version {PLAN_VERSION})")
             plan = cls(
-                method=str(spec["method"]),
-                epsilon=float(spec["epsilon"]),
+                method=_typed(spec, "method", str),
+                epsilon=float(_typed(spec, "epsilon", float)),
                 domain=Domain.from_dict(spec["domain"]),
                 groups=tuple(GroupSpec.from_dict(g) for g in spec["groups"]),
                 params=dict(spec.get("params", {})),
@@ -126,6 +131,17 @@ class Plan:
     def group_indices(self) -> list[tuple[int, ...]]:
         """Each group's attributes as positions in the domain."""
         return [self.domain.indices(g.attributes) for g in self.groups]
+
+
+def _typed(spec: Mapping[str, Any], key: str, kind: type) -> Any:
+    """``spec[key]`` if it is a JSON value of ``kind`` (an int counts as a float; a bool as
+    neither), else an error naming the field: a plan is taken as sent or not at all."""
+    value = spec[key]
+    kinds = (int, float) if kind is float else (kind,)
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        name = {float: "number", int: "integer", str: "string"}[kind]
+        raise DPMarginalsError(f"plan field {key!r} must be a JSON {name}, got {value!r}")
+    return value
 
 
 def attribute_names(domain: Domain, index_sets: Sequence[Sequence[int]]) -> list[tuple[str, ...]]:

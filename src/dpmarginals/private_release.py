@@ -26,6 +26,7 @@ from .dataset import Dataset
 from .domain import Domain
 from .errors import DPMarginalsError, PrivacyLeakWarning
 from .provenance import CENTRAL_UNIT, LOCAL_UNIT, OS_RANDOMNESS, Provenance
+from .reports import MAX_GROUP_CELLS
 from .synopsis import Synopsis
 
 __all__ = ["CENTRAL_METHODS", "release"]
@@ -50,7 +51,8 @@ def release(
     ``domain``: the public domain (a :class:`Domain`, a domain dict, or a JSON path);
     required unless ``data`` is a :class:`Dataset` (whose domain was declared when it was
     built) or ``domain_from_data=True`` (which reads it off the data, with a
-    :class:`PrivacyLeakWarning`).  ``params`` go to the method (e.g. ``m``, ``l``,
+    :class:`PrivacyLeakWarning`; the file is then marked not private, since the domain
+    reveals the data's values).  ``params`` go to the method (e.g. ``m``, ``l``,
     ``oracle``, ``inference``, ``postprocess``: methods that have it publish Norm-Sub'ed
     tables unless ``postprocess="none"``); a seed or ``per_user=False`` is refused.
     """
@@ -69,16 +71,34 @@ def release(
     algo = make(name, epsilon=epsilon, k=k, **extra, **params)
     if "postprocess" not in params and hasattr(algo, "postprocess"):
         algo.postprocess = "norm_sub"  # a published table is a distribution (FT, AM, Marg*)
+    _check_size(algo, dataset)
     synopsis = algo.run(dataset, rng=None)
     info = getattr(synopsis, "info", {})
-    info.pop("stage_seconds", None)  # timings depend on the data and are not protected
+    for key in [key for key in info if "seconds" in key]:
+        del info[key]  # timings depend on the data and are not protected
+    leak = ("the domain was read off the private data (domain_from_data): its values are "
+            "published unprotected" if dataset.domain_from_data else None)
     synopsis.provenance = Provenance(
-        private=True, model="central" if central else "local", method=algo.name,
+        private=leak is None, model="central" if central else "local", method=algo.name,
         epsilon=float(algo.epsilon),
         unit=CENTRAL_UNIT if central else LOCAL_UNIT,
         randomness="OpenDP's discrete Laplace sampler" if central else OS_RANDOMNESS,
-        plan_hash=info.get("plan_hash"))
+        plan_hash=info.get("plan_hash"), reason=leak)
     return synopsis
+
+
+def _check_size(algo: Any, data: Dataset) -> None:
+    """Refuse, before any work, a domain whose marginals no release can hold."""
+    for a, size in zip(data.domain.attributes, data.domain.sizes, strict=True):
+        if size > MAX_GROUP_CELLS:
+            raise DPMarginalsError(f"attribute {a!r} has {size:,} values; a release handles "
+                                   f"at most {MAX_GROUP_CELLS:,} per marginal: bin it")
+    for group in algo.plan(data.domain, data.n).groups:
+        if group.cells > MAX_GROUP_CELLS:
+            raise DPMarginalsError(
+                f"the marginal over {list(group.attributes)} has {group.cells:,} cells; a "
+                f"release handles at most {MAX_GROUP_CELLS:,}: choose a smaller --l or bin "
+                "the attributes")
 
 
 def _dataset(data: pd.DataFrame | Dataset | str | Path,

@@ -51,7 +51,11 @@ class Provenance:
 
     @classmethod
     def from_dict(cls, spec: Mapping[str, Any]) -> Provenance:
+        """Read a saved mark; anything but a JSON ``true`` for ``private`` is not private."""
         known = {f: spec[f] for f in cls.__dataclass_fields__ if f in spec}
+        known["private"] = spec.get("private") is True
+        if not known["private"] and not known.get("reason"):
+            known["reason"] = f"its privacy mark says private = {spec.get('private')!r}"
         return cls(**{"model": "unknown", "method": "unknown", "epsilon": None, **known})
 
     @classmethod

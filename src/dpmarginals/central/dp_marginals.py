@@ -588,7 +588,8 @@ class DPMarginalsResult:
             "format": RELEASE_FORMAT,
             "privacy": self.provenance.to_dict(),
             "method": "dp-marginals (Gopi-Mahabadi-Yekhanin)",
-            "name": self.name,
+            # the data file's name is not part of a private release
+            **({} if self.private else {"name": self.name}),
             "private": self.private,
             "binary": self.binary,
             "budget": self.budget,

@@ -59,7 +59,8 @@ def synopsis_from_counts(
     synopsis.provenance = Provenance(
         True, "local", plan.method, plan.epsilon, plan_hash=plan.hash,
         unit="one device: each report is one device's record, randomized on the device",
-        randomness="each client's device (dpmarginals.client draws from the OS CSPRNG)")
+        randomness="made on the clients' devices (dpmarginals.client draws from the OS "
+        "CSPRNG); the aggregator cannot verify how a report was made")
     return synopsis
 
 
