@@ -47,3 +47,16 @@ def test_ft_raw_estimates_are_said_to_be_no_distributions(tmp_path):
     proc = cli("run", "--dataset", csv, "--domain", dom, "--method", "ft", "--k", 2,
                "--epsilon", 1, "--queries", 3, "--postprocess", "norm_sub")
     assert proc.returncode == 0 and "not distributions" not in proc.stderr
+
+
+def test_fourier_methods_plan_at_huge_epsilon_from_python():
+    """The CLI caps epsilon at 100; from Python FT/MargHT must still not overflow."""
+    import numpy as np
+
+    from dpmarginals import Dataset, Domain, make
+
+    data = Dataset(np.random.default_rng(0).integers(0, 2, (500, 4)),
+                   Domain(tuple("abcd"), (2,) * 4))
+    for name in ("ft", "marg_ht"):
+        plan = make(name, epsilon=1000.0, k=2).plan(data.domain, data.n)
+        assert np.isfinite(plan.params["var0"]) and plan.params["var0"] >= 0

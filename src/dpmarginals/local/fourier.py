@@ -84,6 +84,13 @@ def rr_keep(epsilon: float) -> float:
     return 1.0 / (1.0 + math.exp(-epsilon))
 
 
+def rr_coefficient_variance(epsilon: float, n: int) -> float:
+    """4 e^eps / ((e^eps - 1)^2 n), the variance of one coefficient's estimate from n
+    randomized signs, written with e^-eps so that no finite epsilon overflows."""
+    t = math.exp(-epsilon)
+    return 4 * t / ((1 - t) ** 2 * n)
+
+
 def coefficient_count(enc: BinaryEncoding, k: int, support: str) -> int:
     """|T| without enumerating it."""
     if support == "bits":
@@ -280,8 +287,7 @@ class InpHT:
         """Public parameters only: T is determined by (domain, k, support)."""
         enc, count = self._check(domain, n)
         p = rr_keep(self.epsilon)
-        e = math.exp(self.epsilon)
-        var0 = 4 * e / ((e - 1) ** 2 * n)
+        var0 = rr_coefficient_variance(self.epsilon, n)
         if self.support == "bits":
             factor = sum(math.comb(enc.d2, s) for s in range(enc.k_bits(self.k) + 1))
         else:
@@ -375,13 +381,12 @@ class MargHT:
                 f"{self.name} needs at least C({d}, {k}) x {most} = {m * most:,} users (one "
                 f"per non-constant coefficient of each {k}-way marginal); the data has {n:,}")
         p = rr_keep(self.epsilon)
-        e = math.exp(self.epsilon)
         sse = float(np.mean([_expected_sse_query(g.cells, b, (n / m) / ((1 << b) - 1), p)
                              for g, b in zip(groups, widths, strict=True)]))
         params = {"k": k, "n": int(n), "m": m, "p": p,
                   "report_bits": bits_for(m) + max(widths) + 1,
                   "table2_bits": enc.d2 + enc.k_bits(k) + 1,
-                  "var0": 4 * e / ((e - 1) ** 2 * n),
+                  "var0": rr_coefficient_variance(self.epsilon, n),
                   "variance_factor": None, "expected_sse": sse}
         return Plan(self.name, self.epsilon, domain, tuple(groups), params)
 
