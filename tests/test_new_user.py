@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
-
 import pandas as pd
 
-from command_line import dpmarginals, one_error_line
-
-
-def cli(*args: object) -> subprocess.CompletedProcess:
-    return dpmarginals(*args)
+from command_line import dpmarginals as cli
+from command_line import one_error_line
 
 
 def test_a_directory_as_data_is_one_line(tmp_path):

@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from command_line import dpmarginals, one_error_line
+from command_line import dpmarginals as cli
+from command_line import one_error_line
 from dpmarginals import CALM, Dataset, Domain, load_synopsis, make, release
 from dpmarginals.errors import DPMarginalsError, PrivacyLeakWarning
 from dpmarginals.provenance import NotPrivateWarning
@@ -41,10 +42,6 @@ def files(tmp_path):
     people().to_csv(csv, index=False)
     dom.write_text(json.dumps(DOMAIN))
     return csv, dom
-
-
-def cli(*args: object) -> subprocess.CompletedProcess:
-    return dpmarginals(*args)
 
 
 # -- 1. release vs. simulation ----------------------------------------------------------------
