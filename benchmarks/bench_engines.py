@@ -42,9 +42,9 @@ from typing import Any
 
 import numpy as np
 
-from dpmarginals.domain import Domain
+from dpmarginals.core.domain import Domain
 from dpmarginals.oracles import make_oracle
-from dpmarginals.plan import GroupSpec, Plan
+from dpmarginals.protocol.plan import GroupSpec, Plan
 
 CELLS = 64
 EPSILON = 1.0

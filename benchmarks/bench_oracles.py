@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dpmarginals.core.randomness import RandomSource, SecureRandom
 from dpmarginals.oracles import make_oracle
-from dpmarginals.randomness import RandomSource, SecureRandom
 
 ORACLES = ("grr", "oue", "olh")
 

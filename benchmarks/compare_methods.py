@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 
 from dpmarginals.datasets import load
-from dpmarginals.evaluate import evaluate, random_queries
 from dpmarginals.methods import make
+from dpmarginals.synopsis.evaluate import evaluate, random_queries
 
 # (row label, registry name, extra parameters)
 METHODS: list[tuple[str, str, dict[str, Any]]] = [

@@ -37,10 +37,10 @@ from pathlib import Path
 
 import numpy as np
 
-from dpmarginals.client import make_reports
-from dpmarginals.domain import Domain
+from dpmarginals.core.domain import Domain
 from dpmarginals.local.calm import CALM
-from dpmarginals.reports import PlanCodec
+from dpmarginals.protocol.client import make_reports
+from dpmarginals.protocol.reports import PlanCodec
 from dpmarginals.service.store import SQLiteStore
 
 ADULT_SIZES = {"age": 32, "workclass": 9, "fnlwgt": 32, "education": 16, "education-num": 16,
@@ -60,7 +60,7 @@ def _start_server(db: Path, port: int, sync: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(Path(__file__).resolve().parents[1] / "src"), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dpmarginals.service.command", "serve", "--db", str(db),
+        [sys.executable, "-m", "dpmarginals.cli", "serve", "--db", str(db),
          "--host", "127.0.0.1", "--port", str(port), "--admin-token", TOKEN, "--sync", sync],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 30
@@ -133,7 +133,7 @@ def _store_reference(plan_dict: dict, reports: list[dict], batch: int, sync: str
                      connections: int, seconds: float) -> float:
     """Reports/s of decode + count + commit straight into a store (no HTTP), from
     ``connections`` threads as the server's request threads would (group commit)."""
-    from dpmarginals.plan import Plan
+    from dpmarginals.protocol.plan import Plan
 
     plan = Plan.from_dict(plan_dict)
     chunks = [reports[i : i + batch] for i in range(0, len(reports), batch)]

@@ -39,12 +39,13 @@ from typing import Any
 import numpy as np
 
 from dpmarginals.datasets import load
-from dpmarginals.evaluate import random_queries
-from dpmarginals.local.calm import CALM, consistent_synopsis
+from dpmarginals.local.calm import CALM
 from dpmarginals.local.calm_pgm import CALMPGM
 from dpmarginals.local.collect import collect
 from dpmarginals.local.error_sources import noiseless_views, population_views, split_error
-from dpmarginals.stderr import REPLICATES, standard_errors
+from dpmarginals.synopsis.base import consistent_synopsis
+from dpmarginals.synopsis.evaluate import random_queries
+from dpmarginals.synopsis.stderr import REPLICATES, standard_errors
 
 GRID = [(ds, d, eps) for ds, d in (("msnbc", 8), ("msnbc", 16), ("adult3", 8))
         for eps in (0.2, 1.0, 2.0)]
@@ -166,7 +167,7 @@ def run_coverage(ds: str, d: int, eps: float, args: argparse.Namespace) -> dict[
 def run_planner(ds: str, d: int, eps: float, args: argparse.Namespace) -> dict[str, Any]:
     """Measured SSE (CALM inference, same users and seeds) of CALM's Algorithm 1 plan and of
     the workload planner's, with theta and with a "public" sample (2^14 other rows)."""
-    from dpmarginals.workload import Workload, plan_workload
+    from dpmarginals.planning.workload import Workload, plan_workload
 
     data = load(ds, d=d, n=args.n, rng=np.random.SeedSequence([0, 1]))
     public = public_sample(ds, d)

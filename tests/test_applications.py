@@ -17,11 +17,11 @@ from dpmarginals.applications import (
     pairwise_mutual_information,
     tree_mutual_information,
 )
-from dpmarginals.dataset import Dataset
-from dpmarginals.domain import Domain
-from dpmarginals.errors import DPMarginalsError
-from dpmarginals.synthetic import network, sample_marginal, synthesize
-from dpmarginals.table import MarginalTable
+from dpmarginals.core.dataset import Dataset
+from dpmarginals.core.domain import Domain
+from dpmarginals.core.errors import DPMarginalsError
+from dpmarginals.core.table import MarginalTable
+from dpmarginals.synopsis.synthetic import network, sample_marginal, synthesize
 
 
 def chain_data(n: int = 20_000, seed: int = 0) -> Dataset:

@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 
 from dpmarginals import Dataset, Domain
-from dpmarginals.errors import DPMarginalsError
-from dpmarginals.evaluate import evaluate
+from dpmarginals.core.errors import DPMarginalsError
 from dpmarginals.methods import available, make
-from dpmarginals.synopsis import load_synopsis
+from dpmarginals.synopsis.base import load_synopsis
+from dpmarginals.synopsis.evaluate import evaluate
 
 LOCAL = ["fc", "am", "ft", "em", "be", "inp_rr", "inp_ps", "inp_ht", "marg_rr", "marg_ps",
          "marg_ht", "inp_em", "inp_olh", "inp_htcms"]
@@ -353,7 +353,7 @@ def test_synopsis_round_trips_through_json(name, tmp_path):
 @pytest.mark.needs_data
 @pytest.mark.parametrize("dataset", ["msnbc", "adult3"])
 def test_cli_runs_every_method(dataset, capsys):
-    from dpmarginals.cli import main
+    from dpmarginals.cli.commands import main
 
     uniform = None
     for name in ALL:

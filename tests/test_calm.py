@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from dpmarginals import CALM, Dataset, Domain, load_synopsis
-from dpmarginals.errors import DPMarginalsError
-from dpmarginals.evaluate import evaluate, random_queries
+from dpmarginals.core.errors import DPMarginalsError
 from dpmarginals.inference import project
-from dpmarginals.planning import noise_error, sampling_error
-from dpmarginals.synopsis import UniformSynopsis
+from dpmarginals.planning.error_model import noise_error, sampling_error
+from dpmarginals.synopsis.base import UniformSynopsis
+from dpmarginals.synopsis.evaluate import evaluate, random_queries
 from populations import correlated_binary
 
 
@@ -28,7 +28,7 @@ def test_plan_is_the_papers_worked_example():
 
 
 def test_plan_round_trips_through_json():
-    from dpmarginals.plan import Plan
+    from dpmarginals.protocol.plan import Plan
 
     dom = Domain(("x", "y", "z", "w"), (3, 2, 4, 2))
     plan = CALM(epsilon=1.0, k=2).plan(dom, 10_000)

@@ -22,7 +22,6 @@ import pytest
 from scipy import stats
 
 from command_line import dpmarginals, one_error_line
-from dpmarginals import cli
 from dpmarginals.central import (
     DPMarginals,
     DPMarginalsResult,
@@ -35,7 +34,6 @@ from dpmarginals.central import (
     zcdp_rho,
 )
 from dpmarginals.central.accounting import rdp_epsilon
-from dpmarginals.central.command import register
 from dpmarginals.central.dp_marginals import (
     _bounded,
     _count_candidates,
@@ -53,7 +51,9 @@ from dpmarginals.central.noise import (
     sample_binomial,
     sample_dg_tail,
 )
-from dpmarginals.errors import DPMarginalsError
+from dpmarginals.cli import commands as cli
+from dpmarginals.cli.central import register
+from dpmarginals.core.errors import DPMarginalsError
 
 needs_opendp = pytest.mark.skipif(importlib.util.find_spec("opendp") is None,
                                   reason="the release path needs OpenDP: pip install opendp")

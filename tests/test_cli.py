@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from command_line import dpmarginals, one_error_line
-from dpmarginals.cli import main
+from dpmarginals.cli.commands import main
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:

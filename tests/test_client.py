@@ -16,7 +16,11 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from dpmarginals.client import (
+from dpmarginals.core.domain import Domain
+from dpmarginals.core.errors import DPMarginalsError
+from dpmarginals.core.randomness import SecureRandom
+from dpmarginals.oracles import make_oracle
+from dpmarginals.protocol.client import (
     ServiceClient,
     ServiceError,
     choose_group,
@@ -25,12 +29,8 @@ from dpmarginals.client import (
     make_reports,
     read_records,
 )
-from dpmarginals.domain import Domain
-from dpmarginals.errors import DPMarginalsError
-from dpmarginals.oracles import make_oracle
-from dpmarginals.plan import GroupSpec, Plan
-from dpmarginals.randomness import SecureRandom
-from dpmarginals.reports import REPORT_KEYS, PlanCodec, ReportError, support_counts
+from dpmarginals.protocol.plan import GroupSpec, Plan
+from dpmarginals.protocol.reports import REPORT_KEYS, PlanCodec, ReportError, support_counts
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 DOMAIN = Domain(("a", "b", "c"), (2, 3, 5))
@@ -46,7 +46,7 @@ def plan_with(oracle: str, epsilon: float = 1.0) -> Plan:
 
 
 def test_client_imports_only_numpy_and_the_standard_library():
-    code = ("import sys; import dpmarginals.client, dpmarginals.reports; "
+    code = ("import sys; import dpmarginals.protocol.client, dpmarginals.protocol.reports; "
             "print(sorted(m for m in ('pandas', 'scipy', 'fastapi', 'starlette', 'pydantic', "
             "'uvicorn', 'statsmodels', 'pyarrow') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -15,7 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpmarginals.client import (
+from dpmarginals.core.domain import Domain
+from dpmarginals.core.errors import DPMarginalsError
+from dpmarginals.core.randomness import SecureRandom
+from dpmarginals.local.em import EM
+from dpmarginals.protocol.client import (
     EPSILON_CEILING,
     AssignmentIgnored,
     BudgetExceeded,
@@ -29,12 +33,8 @@ from dpmarginals.client import (
     make_reports,
     play,
 )
-from dpmarginals.domain import Domain
-from dpmarginals.errors import DPMarginalsError
-from dpmarginals.local.em import EM
-from dpmarginals.plan import GroupSpec, Plan
-from dpmarginals.randomness import SecureRandom
-from dpmarginals.reports import PlanCodec
+from dpmarginals.protocol.plan import GroupSpec, Plan
+from dpmarginals.protocol.reports import PlanCodec
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 DOMAIN = Domain(("a", "b", "c"), (2, 3, 5))
@@ -379,7 +379,7 @@ def test_play_checks_the_plan_once_and_needs_the_cap(monkeypatch):
     service = FakeService(plan_with("grr").to_dict())
     service.install(monkeypatch)
     checks = []
-    import dpmarginals.client as client_module
+    import dpmarginals.protocol.client as client_module
 
     real = client_module.check_plan
 
@@ -397,7 +397,7 @@ def test_play_checks_the_plan_once_and_needs_the_cap(monkeypatch):
 def _cli(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (str(SRC), os.environ.get("PYTHONPATH", "")) if p)}
-    return subprocess.run([sys.executable, "-m", "dpmarginals.service.command", *args],
+    return subprocess.run([sys.executable, "-m", "dpmarginals.cli", *args],
                           capture_output=True, text=True, env=env, timeout=120)
 
 
@@ -457,7 +457,7 @@ def test_cli_client_with_a_ledger_is_one_device(offline):
 
 
 def test_the_client_still_imports_only_numpy_and_the_standard_library():
-    code = ("import sys; import dpmarginals.client, dpmarginals.ledger; "
+    code = ("import sys; import dpmarginals.protocol.client, dpmarginals.protocol.ledger; "
             "print(sorted(m for m in ('pandas', 'scipy', 'fastapi', 'starlette', 'pydantic', "
             "'uvicorn', 'statsmodels', 'pyarrow') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

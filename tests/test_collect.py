@@ -7,10 +7,10 @@ import pytest
 from scipy import stats
 
 from dpmarginals import Dataset, Domain
-from dpmarginals.errors import DPMarginalsError
+from dpmarginals.core.errors import DPMarginalsError
 from dpmarginals.local.calm import group_specs
 from dpmarginals.local.collect import assign_groups, collect, group_supports
-from dpmarginals.plan import Plan
+from dpmarginals.protocol.plan import Plan
 
 
 def test_groups_are_near_equal_and_random():

@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpmarginals.dataset import Dataset
-from dpmarginals.domain import Domain
-from dpmarginals.errors import DPMarginalsError, PrivacyLeakWarning
-from dpmarginals.randomness import SecureRandom
-from dpmarginals.table import MarginalTable
+from dpmarginals.core.dataset import Dataset
+from dpmarginals.core.domain import Domain
+from dpmarginals.core.errors import DPMarginalsError, PrivacyLeakWarning
+from dpmarginals.core.randomness import SecureRandom
+from dpmarginals.core.table import MarginalTable
 
 
 def test_domain_index_round_trip():

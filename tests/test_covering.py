@@ -1,4 +1,4 @@
-"""Covering designs and balanced families (dpmarginals.covering)."""
+"""Covering designs and balanced families (dpmarginals.planning.covering)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from itertools import combinations
 import numpy as np
 import pytest
 
-from dpmarginals.covering import (
+from dpmarginals.core.errors import DPMarginalsError
+from dpmarginals.planning.covering import (
     _from_designs,
     _steiner_systems,
     balanced_subsets,
@@ -17,7 +18,6 @@ from dpmarginals.covering import (
     covering_size,
     is_covering,
 )
-from dpmarginals.errors import DPMarginalsError
 
 SMALL = [
     (d, k, l)

@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpmarginals.dataset import Dataset
+from dpmarginals.core.dataset import Dataset
+from dpmarginals.core.errors import DataNotFoundError, DPMarginalsError
 from dpmarginals.datasets import (
     available,
     data_home,
@@ -34,7 +35,6 @@ from dpmarginals.datasets import files as dfiles
 from dpmarginals.datasets.adult import equal_frequency_codes
 from dpmarginals.datasets.registry import REGISTRY
 from dpmarginals.datasets.transactional import MSNBC_CATEGORIES, Transactions, parse_msnbc
-from dpmarginals.errors import DataNotFoundError, DPMarginalsError
 
 DATA = os.environ.get("DPMARGINALS_DATA")
 needs_data = pytest.mark.needs_data

@@ -25,12 +25,13 @@ import pytest
 from scipy import stats
 
 from command_line import dpmarginals
-from dpmarginals.argtypes import OneLineParser
 from dpmarginals.central import DPMarginals, SparseRecords
-from dpmarginals.domain import Domain
+from dpmarginals.cli.argtypes import OneLineParser
+from dpmarginals.cli.engines import register
+from dpmarginals.core.domain import Domain
+from dpmarginals.core.errors import DPMarginalsError
 from dpmarginals.engines import count_supports, estimate, export_reports, write_reports
 from dpmarginals.engines.base import priority
-from dpmarginals.engines.command import register
 from dpmarginals.engines.duckdb_engine import DuckDBEngine, DuckDBTupleCounter
 from dpmarginals.engines.parquet import (
     ReportWriter,
@@ -42,10 +43,9 @@ from dpmarginals.engines.parquet import (
     to_table,
     write_records,
 )
-from dpmarginals.errors import DPMarginalsError
 from dpmarginals.oracles import make_oracle
-from dpmarginals.plan import GroupSpec, Plan
-from dpmarginals.reports import PlanCodec, support_counts
+from dpmarginals.protocol.plan import GroupSpec, Plan
+from dpmarginals.protocol.reports import PlanCodec, support_counts
 from dpmarginals.service import synopsis_from_counts
 
 pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")
@@ -340,7 +340,7 @@ def test_estimate_command_builds_the_services_synopsis(tmp_path, stored, reports
     summary = json.loads(capsys.readouterr().out)
     assert summary["reports"] == sum(len(r) for r in reports.values())
     assert summary["groups_reporting"] == PLAN.m - 1
-    from dpmarginals.synopsis import load_synopsis
+    from dpmarginals.synopsis.base import load_synopsis
 
     got = load_synopsis(out)
     want = synopsis_from_counts(PLAN, *_reference(reports))

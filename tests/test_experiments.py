@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from command_line import dpmarginals, one_error_line
-from dpmarginals.errors import DPMarginalsError
+from dpmarginals.core.errors import DPMarginalsError
 from dpmarginals.experiments import (
     EXPERIMENTS,
     Experiment,
@@ -178,8 +178,8 @@ def test_common_random_numbers_across_methods():
 
 
 def test_value_capping_and_column_duplication():
-    from dpmarginals.dataset import Dataset
-    from dpmarginals.domain import Domain
+    from dpmarginals.core.dataset import Dataset
+    from dpmarginals.core.domain import Domain
     from dpmarginals.experiments.common import cap_values, duplicate_columns
 
     codes = np.array([[0, 0], [1, 1], [2, 1], [3, 1], [3, 0], [3, 2]])
@@ -196,8 +196,8 @@ def test_value_capping_and_column_duplication():
 # -- the command line -------------------------------------------------------------------------
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
     """``dpmarginals ARGV`` with the experiment/synthesize subcommands registered."""
-    from dpmarginals import cli
-    from dpmarginals.experiments.command import register
+    from dpmarginals.cli import commands as cli
+    from dpmarginals.cli.experiments import register
 
     build = cli.build_parser
 

@@ -11,7 +11,7 @@ import pytest
 from scipy.linalg import null_space
 from scipy.optimize import minimize_scalar
 
-from dpmarginals.errors import DPMarginalsError
+from dpmarginals.core.errors import DPMarginalsError
 from dpmarginals.inference import (
     ConsistencyResult,
     ConsistencyWarning,

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from scipy import stats
 from scipy.linalg import hadamard
 
-from dpmarginals.errors import DPMarginalsError
+from dpmarginals.core.errors import DPMarginalsError
+from dpmarginals.core.randomness import SecureRandom
 from dpmarginals.oracles import (
     GRR,
     HR,
@@ -34,7 +35,6 @@ from dpmarginals.oracles import (
     make_oracle,
 )
 from dpmarginals.oracles.olh import PRIME
-from dpmarginals.randomness import SecureRandom
 
 NAMES = ["grr", "oue", "olh", "hr", "sue"]
 # (epsilon, true counts): a skewed distribution with an empty cell; n = 1200 and 1000.

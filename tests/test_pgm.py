@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 
 from dpmarginals import Dataset, Domain
-from dpmarginals.cli import main
-from dpmarginals.errors import DPMarginalsError
-from dpmarginals.evaluate import random_queries
+from dpmarginals.cli.commands import main
+from dpmarginals.core.errors import DPMarginalsError
 from dpmarginals.inference.pgm import (
     GraphicalModel,
     _project,
@@ -20,11 +19,13 @@ from dpmarginals.inference.pgm import (
     require_mbi,
     select_cliques,
 )
-from dpmarginals.local.calm import CALM, consistent_synopsis
-from dpmarginals.local.collect import NoisyView, collect
+from dpmarginals.inference.views import NoisyView
+from dpmarginals.local.calm import CALM
+from dpmarginals.local.collect import collect
 from dpmarginals.methods import make
-from dpmarginals.stderr import collection_info
-from dpmarginals.synopsis import load_synopsis
+from dpmarginals.synopsis.base import consistent_synopsis, load_synopsis
+from dpmarginals.synopsis.evaluate import random_queries
+from dpmarginals.synopsis.stderr import collection_info
 
 
 def chain_data(n: int, d: int, seed: int, sizes: int = 2) -> Dataset:

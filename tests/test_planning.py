@@ -1,4 +1,4 @@
-"""CALM's error model and Algorithm 1 (dpmarginals.planning)."""
+"""CALM's error model and Algorithm 1 (dpmarginals.planning.error_model)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from itertools import combinations
 import numpy as np
 import pytest
 
-from dpmarginals.covering import is_covering
-from dpmarginals.errors import DPMarginalsError
-from dpmarginals.planning import (
+from dpmarginals.core.errors import DPMarginalsError
+from dpmarginals.planning.covering import is_covering
+from dpmarginals.planning.error_model import (
     MarginalChoice,
     choose_marginals,
     expected_cells,

@@ -14,7 +14,7 @@ randomizer at p >= 1e-4, i.e. a correct randomizer fails with probability 1e-4 p
 for a fresh seed (~6e-4 for the six tests).
 
 Finally every local method's ``per_user=True`` run with ``rng=None`` must randomize every
-record with the OS CSPRNG (:class:`~dpmarginals.randomness.SecureRandom`).
+record with the OS CSPRNG (:class:`~dpmarginals.core.randomness.SecureRandom`).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import pytest
 from scipy import stats
 
 from dpmarginals import Dataset, Domain
+from dpmarginals.core.randomness import SecureRandom
 from dpmarginals.local.binary_encoding import BE, BinaryEncoding
 from dpmarginals.local.calm import CALM
 from dpmarginals.local.collect import group_supports
@@ -36,7 +37,6 @@ from dpmarginals.local.em import EM, InpEM
 from dpmarginals.local.fourier import FT, InpHT, MargHT, coefficient_masks
 from dpmarginals.methods import available, make
 from dpmarginals.oracles import ORACLES, fwht
-from dpmarginals.randomness import SecureRandom
 
 BIN3 = Domain(("a", "b", "c"), (2, 2, 2))
 BIN4 = Domain(("a", "b", "c", "d"), (2, 2, 2, 2))

@@ -18,9 +18,9 @@ import pytest
 from command_line import dpmarginals as cli
 from command_line import one_error_line
 from dpmarginals import CALM, Dataset, Domain, load_synopsis, make, release
-from dpmarginals.errors import DPMarginalsError, PrivacyLeakWarning
-from dpmarginals.provenance import NotPrivateWarning
-from dpmarginals.randomness import SecureRandom
+from dpmarginals.core.errors import DPMarginalsError, PrivacyLeakWarning
+from dpmarginals.core.provenance import NotPrivateWarning
+from dpmarginals.core.randomness import SecureRandom
 
 DOMAIN = {"education": ["school", "college", "phd"], "income": ["low", "mid", "high"],
           "sex": ["f", "m"], "age": {"bins": [18, 30, 45, 65, 90]}, "smoker": ["no", "yes"]}
@@ -200,7 +200,7 @@ def test_synthesize_writes_the_users_values(tmp_path):
 
 
 def test_plan_hash_unchanged_for_unlabelled_domains():
-    from dpmarginals.plan import GroupSpec, Plan
+    from dpmarginals.protocol.plan import GroupSpec, Plan
 
     plan = Plan("calm", 1.0, Domain(("a", "b"), (2, 3)), (GroupSpec(("a", "b"), "grr", 1.0, 6),))
     labelled = Plan("calm", 1.0, Domain.from_dict({"a": ["x", "y"], "b": 3}), plan.groups)
@@ -286,7 +286,7 @@ def test_service_answers_show_the_users_values(tmp_path):
     pytest.importorskip("fastapi")
     from fastapi.testclient import TestClient
 
-    from dpmarginals.client import make_reports
+    from dpmarginals.protocol.client import make_reports
     from dpmarginals.service import synopsis_from_reports
     from dpmarginals.service.app import create_app
 
@@ -309,8 +309,8 @@ def test_service_answers_show_the_users_values(tmp_path):
 
 
 def test_the_client_takes_the_users_own_values():
-    from dpmarginals.client import make_report
-    from dpmarginals.plan import GroupSpec, Plan
+    from dpmarginals.protocol.client import make_report
+    from dpmarginals.protocol.plan import GroupSpec, Plan
 
     dom = Domain.from_dict({"sex": ["f", "m"], "age": {"bins": [18, 30, 65, 90]},
                             "country": {"labels": ["US", "DE"], "other": True}})
@@ -382,7 +382,7 @@ def test_uniform_is_a_release_too():
 
 
 def test_a_plan_is_taken_as_sent_or_not_at_all():
-    from dpmarginals.plan import Plan
+    from dpmarginals.protocol.plan import Plan
 
     plan = CALM(epsilon=1.0, k=2).plan(Domain.from_dict(DOMAIN), 1000).to_dict()
     for field, bad in (("epsilon", "1"), ("epsilon", True), ("version", 1.5),
@@ -395,7 +395,7 @@ def test_a_plan_is_taken_as_sent_or_not_at_all():
 
 
 def test_a_malformed_assignment_is_a_clear_error(monkeypatch):
-    from dpmarginals.client import ServiceClient, ServiceError
+    from dpmarginals.protocol.client import ServiceClient, ServiceError
 
     client = ServiceClient("http://127.0.0.1:9", "c")
     for body in ([1], {}, {"group": "1"}, {"group": True}):

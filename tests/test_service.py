@@ -28,12 +28,12 @@ with warnings.catch_warnings():  # starlette's notice about its httpx-based test
     warnings.simplefilter("ignore")
     from fastapi.testclient import TestClient
 
-from dpmarginals.client import make_report, make_reports
-from dpmarginals.domain import Domain
-from dpmarginals.errors import DPMarginalsError
+from dpmarginals.core.domain import Domain
+from dpmarginals.core.errors import DPMarginalsError
 from dpmarginals.local.calm import CALM
-from dpmarginals.plan import GroupSpec, Plan
-from dpmarginals.reports import MAX_BATCH_REPORTS, PlanCodec, ReportError
+from dpmarginals.protocol.client import make_report, make_reports
+from dpmarginals.protocol.plan import GroupSpec, Plan
+from dpmarginals.protocol.reports import MAX_BATCH_REPORTS, PlanCodec, ReportError
 from dpmarginals.service import synopsis_from_reports
 from dpmarginals.service.app import create_app
 from dpmarginals.service.store import SQLiteStore, Store, open_store
@@ -446,7 +446,7 @@ def test_the_service_runs_on_postgresql(postgres_url):
 
 def test_submit_runs_the_whole_path_for_one_user(api, monkeypatch):
     """ServiceClient.submit through the ASGI app (its HTTP layer replaced by TestClient)."""
-    from dpmarginals.client import ServiceClient
+    from dpmarginals.protocol.client import ServiceClient
 
     plan = create(api)
 

@@ -1,6 +1,6 @@
 """The real deployment path: uvicorn on 127.0.0.1, the real client, kill -9, fuzzing.
 
-Every server here is ``python -m dpmarginals.service.command serve`` in a subprocess on a
+Every server here is ``python -m dpmarginals.cli serve`` in a subprocess on a
 free loopback port with a SQLite store in a temporary directory.
 """
 
@@ -24,12 +24,12 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from dpmarginals.client import ServiceClient, ServiceError, make_reports
-from dpmarginals.domain import Domain
-from dpmarginals.plan import GroupSpec, Plan
+from dpmarginals.core.domain import Domain
+from dpmarginals.protocol.client import ServiceClient, ServiceError, make_reports
+from dpmarginals.protocol.plan import GroupSpec, Plan
 from dpmarginals.service import synopsis_from_reports
 from dpmarginals.service.store import SQLiteStore
-from dpmarginals.synopsis import load_synopsis
+from dpmarginals.synopsis.base import load_synopsis
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 TOKEN = "e2e-admin-token"
@@ -51,7 +51,7 @@ def _env() -> dict[str, str]:
 
 
 def _command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "dpmarginals.service.command", *args]
+    return [sys.executable, "-m", "dpmarginals.cli", *args]
 
 
 class Server:

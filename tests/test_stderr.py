@@ -10,12 +10,18 @@ import pandas as pd
 import pytest
 
 from dpmarginals import Dataset, Domain
-from dpmarginals.cli import main
-from dpmarginals.errors import DPMarginalsError
-from dpmarginals.local.calm import CALM, consistent_synopsis
+from dpmarginals.cli.commands import main
+from dpmarginals.core.errors import DPMarginalsError
+from dpmarginals.local.calm import CALM
 from dpmarginals.local.collect import collect
 from dpmarginals.oracles import make_oracle
-from dpmarginals.stderr import (
+from dpmarginals.synopsis.base import (
+    UniformSynopsis,
+    ViewSynopsis,
+    consistent_synopsis,
+    load_synopsis,
+)
+from dpmarginals.synopsis.stderr import (
     INTERACTION_DECAY,
     GroupInfo,
     _cell_variance,
@@ -31,7 +37,6 @@ from dpmarginals.stderr import (
     shrinkage_variance,
     standard_errors,
 )
-from dpmarginals.synopsis import UniformSynopsis, ViewSynopsis, load_synopsis
 from populations import correlated_binary
 
 
@@ -157,7 +162,7 @@ def test_shrinkage_variance_is_what_the_bootstrap_of_a_shrunk_estimate_misses(s)
     cell is s (1 - s)^2 v / 4 (v = one coefficient's noise variance, 4 cells)."""
     from types import SimpleNamespace
 
-    from dpmarginals.workload import coefficient_variance
+    from dpmarginals.planning.workload import coefficient_variance
 
     syn = SimpleNamespace(
         domain=Domain(("a", "b"), (2, 2)), method="calm_pgm",
@@ -248,7 +253,7 @@ def test_pgm_covered_std_accounts_for_the_models_non_negativity():
     pytest.importorskip("mbi")
     from dpmarginals.inference.pgm import eb_shrink
     from dpmarginals.local.calm_pgm import CALMPGM
-    from dpmarginals.stderr import _refit_function
+    from dpmarginals.synopsis.stderr import _refit_function
 
     data = correlated_binary(2**13, 4, seed=5)
     data = Dataset(np.where(np.random.default_rng(6).random(data.codes.shape) < 0.95, 0,

@@ -8,18 +8,18 @@ import numpy as np
 import pytest
 
 from dpmarginals import Dataset, Domain
-from dpmarginals.cli import main
-from dpmarginals.errors import DPMarginalsError
-from dpmarginals.local.calm import consistent_synopsis
+from dpmarginals.cli.commands import main
+from dpmarginals.core.errors import DPMarginalsError
 from dpmarginals.local.collect import collect
 from dpmarginals.oracles import make_oracle
-from dpmarginals.workload import (
+from dpmarginals.planning.workload import (
     Workload,
     coefficient_variance,
     load_workload,
     plan_workload,
     predict_error,
 )
+from dpmarginals.synopsis.base import consistent_synopsis
 
 BINARY8 = Domain(tuple(f"a{i}" for i in range(8)), (2,) * 8)
 

@@ -14,13 +14,13 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "CALM": "local.calm",
-    "DPMarginalsError": "errors",
-    "Dataset": "dataset",
-    "Domain": "domain",
-    "MarginalTable": "table",
-    "Plan": "plan",
-    "Synopsis": "synopsis",
-    "load_synopsis": "synopsis",
+    "DPMarginalsError": "core.errors",
+    "Dataset": "core.dataset",
+    "Domain": "core.domain",
+    "MarginalTable": "core.table",
+    "Plan": "protocol.plan",
+    "Synopsis": "synopsis.base",
+    "load_synopsis": "synopsis.base",
     "make": "methods",
     "release": "private_release",
 }

@@ -1,8 +1,8 @@
 """Every marginal-release method behind one interface.
 
 ``make(name, **params)`` returns an object with ``name``, ``plan(domain, n)`` (the
-public, JSON-serialisable :class:`~dpmarginals.plan.Plan`) and ``run(data, rng=...)``
-returning a :class:`~dpmarginals.synopsis.Synopsis`.
+public, JSON-serialisable :class:`~dpmarginals.protocol.plan.Plan`) and ``run(data, rng=...)``
+returning a :class:`~dpmarginals.synopsis.base.Synopsis`.
 
 >>> make("calm", epsilon=1.0, k=3).name
 'calm'
@@ -14,14 +14,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
-from .dataset import Dataset
-from .domain import Domain
-from .errors import DPMarginalsError
+from .central.priview import PriView
+from .core.dataset import Dataset
+from .core.domain import Domain
+from .core.errors import DPMarginalsError
+from .core.randomness import RNGLike
 from .local.calm import CALM
 from .local.calm_pgm import CALMPGM
-from .plan import Plan
-from .randomness import RNGLike
-from .synopsis import Synopsis, UniformSynopsis
+from .local.cormode import BASELINES
+from .protocol.plan import Plan
+from .synopsis.base import Synopsis, UniformSynopsis
 
 __all__ = ["Method", "Uniform", "available", "make"]
 
@@ -56,7 +58,8 @@ _REGISTRY: dict[str, Callable[..., Any]] = {
     "uni": Uniform,
     # Issue #4: FC, AM, FT, EM, BE, PriView and the Cormode et al. family (InpRR, InpPS,
     # InpHT, MargRR, MargPS, MargHT, InpEM, InpOLH, InpHTCMS); see dpmarginals.local.cormode.
-    **__import__("dpmarginals.local.cormode", fromlist=["BASELINES"]).BASELINES,
+    **BASELINES,
+    "priview": PriView,  # central DP, the papers' reference point
 }
 
 

@@ -3,7 +3,7 @@
 :func:`release` reads the user's own values over a declared public domain, randomizes
 every record on the per-user path with the operating system's secure randomness (no seed
 is accepted: seeds are for simulation, :meth:`Method.run`), and returns a synopsis marked
-private with its guarantee (:class:`~dpmarginals.provenance.Provenance`).
+private with its guarantee (:class:`~dpmarginals.core.provenance.Provenance`).
 
 >>> import pandas as pd
 >>> frame = pd.DataFrame({"sex": ["f", "m"] * 500, "smoker": ["no", "no", "yes", "no"] * 250})
@@ -22,14 +22,20 @@ from typing import Any
 
 import pandas as pd
 
-from .dataset import Dataset
-from .domain import Domain
-from .errors import DPMarginalsError, PrivacyLeakWarning
-from .provenance import CENTRAL_UNIT, LOCAL_UNIT, OS_RANDOMNESS, Provenance
-from .reports import MAX_GROUP_CELLS
-from .synopsis import Synopsis
+from .core.dataset import Dataset
+from .core.domain import Domain
+from .core.errors import DPMarginalsError, PrivacyLeakWarning
+from .core.provenance import (
+    CENTRAL_UNIT,
+    LOCAL_UNIT,
+    OS_RANDOMNESS,
+    Provenance,
+    warn_if_not_private,
+)
+from .protocol.reports import MAX_GROUP_CELLS
+from .synopsis.base import SYNOPSIS_FORMAT, Synopsis, load_synopsis, read_json
 
-__all__ = ["CENTRAL_METHODS", "release"]
+__all__ = ["CENTRAL_METHODS", "load_release", "release"]
 
 CENTRAL_METHODS = frozenset({"priview"})
 _SEEDS = ("rng", "seed", "random_state")
@@ -123,3 +129,21 @@ def _dataset(data: pd.DataFrame | Dataset | str | Path,
             return Dataset.from_file(data, domain, extra_columns=extra_columns)
     raise DPMarginalsError(f"data must be a DataFrame, a file path or a Dataset, "
                            f"got {type(data).__name__}")
+
+
+def load_release(path: str | Path) -> Any:
+    """A synopsis, or a central k-tuple release (``dpmarginals central --out``); warns if
+    the file is not private."""
+    body = read_json(path)
+    if isinstance(body, dict) and body.get("format") == SYNOPSIS_FORMAT:
+        return load_synopsis(path)
+    from .central.dp_marginals import RELEASE_FORMAT, DPMarginalsResult
+
+    if not isinstance(body, dict) or body.get("format") != RELEASE_FORMAT:
+        raise DPMarginalsError(f"{str(path)!r} is not a dpmarginals release or synopsis")
+    try:
+        result = DPMarginalsResult.from_dict(body)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DPMarginalsError(f"malformed k-tuple release {str(path)!r}: {exc!r}") from None
+    warn_if_not_private(result.provenance, str(path))
+    return result

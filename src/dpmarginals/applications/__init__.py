@@ -1,7 +1,7 @@
 """What analysts do with released marginals: the applications the papers evaluate.
 
 Every function takes any synopsis (or, for the non-private reference, a
-:class:`~dpmarginals.dataset.Dataset`, which answers marginals exactly):
+:class:`~dpmarginals.core.dataset.Dataset`, which answers marginals exactly):
 
 * :func:`chi_squared_test` / :func:`independence_test` -- association between two
   attributes from a private 2-way marginal (Cormode et al. §6.1);
@@ -9,7 +9,7 @@ Every function takes any synopsis (or, for the non-private reference, a
   marginals, with the true total mutual information vs. the non-private tree (§6.2);
 * :func:`misclassification` (in :mod:`.classification`) -- CALM §5.4: a linear SVM
   trained on synthetic records sampled from a private k-way marginal;
-* synthetic records: :func:`dpmarginals.synthetic.synthesize`.
+* synthetic records: :func:`dpmarginals.synopsis.synthetic.synthesize`.
 """
 
 from __future__ import annotations

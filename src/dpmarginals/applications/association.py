@@ -19,8 +19,8 @@ InpHT, MargPS, FC, ...): it is first projected onto the probability simplex with
 the degrees of freedom reduced accordingly).
 
 >>> import numpy as np
->>> from dpmarginals.domain import Domain
->>> from dpmarginals.table import MarginalTable
+>>> from dpmarginals.core.domain import Domain
+>>> from dpmarginals.core.table import MarginalTable
 >>> t = MarginalTable(Domain(("a", "b"), (2, 2)), np.array([[0.4, 0.1], [0.1, 0.4]]))
 >>> r = chi_squared_test(t, n=100)
 >>> round(r.statistic, 1), r.dof, r.dependent
@@ -35,9 +35,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from ..errors import DPMarginalsError
+from ..core.errors import DPMarginalsError
+from ..core.table import MarginalTable
 from ..inference import norm_sub
-from ..table import MarginalTable
 
 __all__ = ["ChiSquaredResult", "chi_squared_test", "independence_test", "project_to_simplex"]
 
@@ -103,7 +103,7 @@ def chi_squared_test(table: MarginalTable, n: int, *, alpha: float = 0.05) -> Ch
 
 def independence_test(source: object, attributes: Sequence[str], n: int, *,
                       alpha: float = 0.05) -> ChiSquaredResult:
-    """Test two attributes of any synopsis (or a :class:`~dpmarginals.dataset.Dataset`).
+    """Test two attributes of any synopsis (or a :class:`~dpmarginals.core.dataset.Dataset`).
 
     ``source.marginal(attributes)`` gives the 2-way table; ``n`` is the number of people
     the release is computed from (the statistic scales with it).

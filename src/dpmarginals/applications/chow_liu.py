@@ -16,8 +16,8 @@ The spanning tree is ``scipy.sparse.csgraph.minimum_spanning_tree`` on the negat
 information (shifted by a tiny constant so that independent pairs, MI = 0, stay edges).
 
 >>> import numpy as np
->>> from dpmarginals.dataset import Dataset
->>> from dpmarginals.domain import Domain
+>>> from dpmarginals.core.dataset import Dataset
+>>> from dpmarginals.core.domain import Domain
 >>> x = np.random.default_rng(0).integers(0, 2, size=(2000, 1))
 >>> codes = np.hstack([x, x, 1 - x, np.random.default_rng(1).integers(0, 2, size=(2000, 1))])
 >>> data = Dataset(codes, Domain(("a", "b", "c", "e"), (2, 2, 2, 2)))
@@ -35,8 +35,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.sparse.csgraph import minimum_spanning_tree
 
-from ..errors import DPMarginalsError
-from ..table import MarginalTable
+from ..core.errors import DPMarginalsError
+from ..core.table import MarginalTable
 from .association import project_to_simplex
 
 __all__ = [

@@ -1,7 +1,7 @@
 """CALM §5.4 / Figure 6: a linear SVM trained on records synthesized from a private marginal.
 
 The aggregator releases the (k = |features| + 1)-way marginal of the features and the
-label, samples a synthetic training set from it (:func:`dpmarginals.synthetic.
+label, samples a synthetic training set from it (:func:`dpmarginals.synopsis.synthetic.
 sample_marginal`), and trains a linear SVM on it; the misclassification rate is measured
 on held-out real records.  Baselines: *NoNoise* (the same SVM trained on the real training
 records) and *Majority* (always predict the majority label of the training records).
@@ -15,8 +15,8 @@ for the 2^20 synthetic records of Figure 6).  The SVM is scikit-learn's ``Linear
 scikit-learn is an optional dependency (``pip install dpmarginals[experiments]``).
 
 >>> import numpy as np
->>> from dpmarginals.dataset import Dataset
->>> from dpmarginals.domain import Domain
+>>> from dpmarginals.core.dataset import Dataset
+>>> from dpmarginals.core.domain import Domain
 >>> gen = np.random.default_rng(0)
 >>> x = gen.integers(0, 2, size=(4000, 2))
 >>> y = (x[:, 0] ^ (gen.random(4000) < 0.1)).astype(int)
@@ -33,10 +33,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..dataset import Dataset
-from ..errors import DPMarginalsError
-from ..randomness import RNGLike, simulation_rng
-from ..table import MarginalTable
+from ..core.dataset import Dataset
+from ..core.errors import DPMarginalsError
+from ..core.randomness import RNGLike, simulation_rng
+from ..core.table import MarginalTable
 from .association import project_to_simplex
 
 __all__ = ["best_possible_error", "majority_error", "misclassification", "nonprivate_error",

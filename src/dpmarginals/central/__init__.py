@@ -20,8 +20,8 @@ _EXPORTS = {
     "plan_budget": "accounting",
     "zcdp_epsilon": "accounting",
     "zcdp_rho": "accounting",
-    "SparseRecords": "sparse",
-    "read_records": "sparse",
+    "SparseRecords": "..datasets.sparse",  # the records type lives with the data sets
+    "read_records": "..datasets.sparse",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -29,5 +29,7 @@ __all__ = sorted(_EXPORTS)
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
-        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+        module = _EXPORTS[name]
+        relative = module if module.startswith(".") else f".{module}"
+        return getattr(importlib.import_module(relative, __name__), name)
     raise AttributeError(f"module 'dpmarginals.central' has no attribute {name!r}")

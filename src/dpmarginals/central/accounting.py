@@ -63,7 +63,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..errors import DPMarginalsError, check_epsilon
+from ..core.errors import DPMarginalsError, check_epsilon
 
 __all__ = [
     "ACCOUNTANTS",

@@ -62,11 +62,13 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
-from ..domain import Domain
-from ..errors import DPMarginalsError, check_epsilon, describe_os_error
-from ..provenance import CENTRAL_UNIT, Provenance
-from ..randomness import RNGLike
-from ..table import MarginalTable
+from ..core.domain import Domain
+from ..core.errors import DPMarginalsError, check_epsilon, describe_os_error
+from ..core.provenance import CENTRAL_UNIT, Provenance
+from ..core.randomness import RNGLike
+from ..core.table import MarginalTable
+from ..datasets.sparse import SparseRecords
+from ..engines.parquet import as_records
 from .accounting import PrivacyBudget, check_delta, plan_budget
 from .noise import (
     NoiseSource,
@@ -76,7 +78,6 @@ from .noise import (
     sample_binomial,
     sample_dg_tail,
 )
-from .sparse import SparseRecords, read_records
 
 __all__ = [
     "DPMarginals",
@@ -722,11 +723,9 @@ class DPMarginals:
         """
         noise = noise_source(rng, simulation=simulation)
         if engine == "numpy":
-            records: Any = _as_records(data)
+            records: Any = as_records(data)
             counter: TupleCounter = _MemoryCounter(records)
         else:
-            from ..engines import tuple_counter
-
             records, counter = tuple_counter(data, engine, spark=spark, threads=threads)
         runner = _Run(self, records, noise, counter)
         levels = runner.run()
@@ -737,29 +736,6 @@ class DPMarginals:
             budget=self.budget.to_dict(), params=self.params(), private=noise.private,
             name=records.name, timings=runner.timings,
         )
-
-
-def _as_records(data: Any) -> SparseRecords:
-    if isinstance(data, SparseRecords):
-        records = data
-    elif isinstance(data, pd.DataFrame):
-        records = SparseRecords.from_frame(data)
-    elif isinstance(data, str | Path) and Path(data).is_dir():
-        from ..engines.parquet import is_records_dir, load_records
-
-        if not is_records_dir(data):
-            raise DPMarginalsError(f"{str(data)!r} is a directory but not a records directory "
-                                   "(write one with dpmarginals.engines.parquet.write_records)")
-        records = load_records(data)
-    elif isinstance(data, str | Path):
-        records = read_records(data)
-    else:
-        raise DPMarginalsError(
-            f"data must be SparseRecords, a DataFrame or a file path, got {type(data).__name__}"
-        )
-    if records.n == 0 or records.items.size == 0:
-        raise DPMarginalsError("the data has no non-empty records: nothing to release")
-    return records
 
 
 class TupleCounter(Protocol):
@@ -1036,3 +1012,30 @@ def spurious_fraction(result: DPMarginalsResult, records: SparseRecords) -> list
     record holds (0.0 when nothing was extracted)."""
     return [float((c == 0).mean()) if c.size else 0.0 for c in true_counts(result, records)]
 
+
+def tuple_counter(data: Any, engine: str, *, spark: Any = None,
+                  threads: int | None = None) -> tuple[Any, Any]:
+    """``(records metadata, counter)`` for the central-DP extraction on a SQL engine.
+
+    ``data``: a records directory (:func:`~dpmarginals.engines.parquet.write_records`;
+    its entries are scanned by the engine and never loaded by Python), or anything
+    ``DPMarginals.fit`` reads in memory (records, a DataFrame, a file).
+    """
+    from ..engines import check_engine
+    from ..engines.parquet import is_records_dir, open_records
+
+    engine = check_engine(engine)
+
+    local_dir = isinstance(data, str | Path) and is_records_dir(data)
+    if engine == "spark":
+        from ..engines.spark_engine import SparkTupleCounter
+
+        counter = SparkTupleCounter(data, spark=spark)
+        return counter.records, counter
+    if engine == "duckdb":
+        from ..engines.duckdb_engine import DuckDBTupleCounter
+
+        records = open_records(data) if local_dir else as_records(data)
+        return records, DuckDBTupleCounter(records, threads=threads)
+    records = as_records(data)
+    return records, _MemoryCounter(records)

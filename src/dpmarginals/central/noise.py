@@ -26,8 +26,8 @@ from typing import Any, Protocol
 import numpy as np
 from scipy import special, stats
 
-from ..errors import DPMarginalsError
-from ..randomness import RNGLike, SecureRandom, simulation_rng
+from ..core.errors import DPMarginalsError
+from ..core.randomness import RNGLike, SecureRandom, simulation_rng
 
 __all__ = [
     "NoiseSource",

@@ -18,7 +18,7 @@ floating-point Laplace (Mironov 2012):
   eps / m per view.
 * ``sampler="cks"``: our exact sampler after Canonne, Kamath, Steinke (NeurIPS 2020),
   Algorithms 1-2, with the scale rounded *up* to a rational t/s (s = 1000), drawing uniform
-  integers from :class:`~dpmarginals.randomness.SecureRandom` (``rng=None``) or, for
+  integers from :class:`~dpmarginals.core.randomness.SecureRandom` (``rng=None``) or, for
   reproducible simulation only, from a seeded generator.
 * ``sampler="auto"`` (default): OpenDP when it is installed, otherwise CKS.
 
@@ -38,13 +38,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from dpmarginals.covering import cover_design
-from dpmarginals.dataset import Dataset
-from dpmarginals.domain import Domain
-from dpmarginals.errors import DPMarginalsError, check_epsilon
-from dpmarginals.plan import GroupSpec, Plan, attribute_names
-from dpmarginals.planning import select_marginals
-from dpmarginals.randomness import RandomSource, RNGLike, client_rng
+from dpmarginals.core.dataset import Dataset
+from dpmarginals.core.domain import Domain
+from dpmarginals.core.errors import DPMarginalsError, check_epsilon
+from dpmarginals.core.randomness import RandomSource, RNGLike, client_rng
+from dpmarginals.planning.covering import cover_design
+from dpmarginals.planning.error_model import select_marginals
+from dpmarginals.protocol.plan import GroupSpec, Plan, attribute_names
 
 __all__ = ["PriView", "bernoulli_exp", "discrete_laplace", "discrete_laplace_variance"]
 
@@ -160,7 +160,7 @@ class PriView:
     name: ClassVar[str] = "priview"
 
     def __post_init__(self) -> None:
-        from dpmarginals.errors import check_choice, check_k
+        from dpmarginals.core.errors import check_choice, check_k
 
         self.epsilon = check_epsilon(self.epsilon)
         self.k = check_k(self.k)
@@ -227,8 +227,8 @@ class PriView:
         return self.sampler
 
     def run(self, data: Dataset, *, rng: RNGLike = None) -> Any:
-        from dpmarginals.local.calm import consistent_synopsis
-        from dpmarginals.local.collect import NoisyView
+        from dpmarginals.inference.views import NoisyView
+        from dpmarginals.synopsis.base import consistent_synopsis
 
         groups = self.plan(data.domain, 1).groups  # the views do not depend on n
         sampler = self._sampler()

@@ -61,9 +61,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..dataset import Dataset
-from ..domain import Domain
-from ..errors import DPMarginalsError
+from ..core.dataset import Dataset
+from ..core.domain import Domain
+from ..core.errors import DPMarginalsError
 
 __all__ = [
     "ADULT_COLUMNS",

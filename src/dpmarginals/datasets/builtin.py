@@ -38,9 +38,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..dataset import Dataset
-from ..domain import Domain
-from ..errors import DPMarginalsError
+from ..core.dataset import Dataset
+from ..core.domain import Domain
+from ..core.errors import DPMarginalsError
 
 __all__ = ["BUILTIN", "RANDHIE_ATTRIBUTES", "randhie", "randhie_frame"]
 

@@ -17,7 +17,7 @@ A missing file is downloaded from its public source(s) when downloads are allowe
 the file's conversion (e.g. gzip a plain ``.dat``), and renames it into place, so an
 interrupted download never leaves a partial file.  The target directory is the first
 searched directory, or the user cache when that one is not writable.  Failing that,
-:class:`~dpmarginals.errors.DataNotFoundError` says which file was looked for, where,
+:class:`~dpmarginals.core.errors.DataNotFoundError` says which file was looked for, where,
 and where to put it.
 
 **Pinned hashes.**  Every registered file carries the SHA-256 of its *content*
@@ -52,7 +52,7 @@ from typing import Any
 
 import pooch
 
-from ..errors import DataNotFoundError, DPMarginalsError
+from ..core.errors import DataNotFoundError, DPMarginalsError
 
 __all__ = [
     "ENV_DATA",

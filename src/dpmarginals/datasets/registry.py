@@ -29,10 +29,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..dataset import Dataset
-from ..domain import Domain
-from ..errors import DPMarginalsError
-from ..randomness import RNGLike
+from ..core.dataset import Dataset
+from ..core.domain import Domain
+from ..core.errors import DPMarginalsError
+from ..core.randomness import RNGLike
 from . import adult as _adult
 from . import builtin as _builtin
 from . import taxi as _taxi
@@ -483,7 +483,7 @@ def load(
     rng: RNGLike = None,
     download: bool | None = None,
 ) -> Dataset:
-    """Load a registered data set as a :class:`~dpmarginals.dataset.Dataset`.
+    """Load a registered data set as a :class:`~dpmarginals.core.dataset.Dataset`.
 
     ``d`` keeps the first ``d`` attributes (for transactional sets: the top-``d`` most
     frequent items; default 16 for msnbc, 32 for kosarak and t10i4d100k).  ``n`` draws

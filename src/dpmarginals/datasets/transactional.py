@@ -38,9 +38,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..dataset import Dataset
-from ..domain import Domain
-from ..errors import DPMarginalsError
+from ..core.dataset import Dataset
+from ..core.domain import Domain
+from ..core.errors import DPMarginalsError
 
 __all__ = [
     "MSNBC_CATEGORIES",

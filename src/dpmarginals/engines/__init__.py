@@ -16,9 +16,9 @@ Reports live in the Parquet layout of :mod:`.parquet` (``campaign=<id>/group=<g>
 :func:`.parquet.write_reports` and :func:`.parquet.export_reports` write it.
 
 >>> import tempfile
->>> from dpmarginals.domain import Domain
+>>> from dpmarginals.core.domain import Domain
 >>> from dpmarginals.oracles import OUE
->>> from dpmarginals.plan import GroupSpec, Plan
+>>> from dpmarginals.protocol.plan import GroupSpec, Plan
 >>> plan = Plan("calm", 1.0, Domain(("a",), (12,)), (GroupSpec(("a",), "oue", 1.0, 12),))
 >>> reports = OUE(1.0, 12).perturb(np.arange(1000) % 12, rng=0)
 >>> root = tempfile.mkdtemp()
@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DPMarginalsError
-from ..plan import Plan
+from ..core.errors import DPMarginalsError
+from ..protocol.plan import Plan
 from .base import ENGINES, Counts, check_engine
 from .parquet import export_reports, resolve_campaign, write_records, write_reports
 
@@ -48,7 +48,6 @@ __all__ = [
     "count_supports",
     "estimate",
     "export_reports",
-    "tuple_counter",
     "write_records",
     "write_reports",
 ]
@@ -125,32 +124,3 @@ def estimate(
     synopsis.info["stage_seconds"] = {"count": counted - start,
                                       "estimate": time.perf_counter() - counted}
     return synopsis
-
-
-def tuple_counter(data: Any, engine: str, *, spark: Any = None,
-                  threads: int | None = None) -> tuple[Any, Any]:
-    """``(records metadata, counter)`` for the central-DP extraction on a SQL engine.
-
-    ``data``: a records directory (:func:`.parquet.write_records`; its entries are scanned
-    by the engine and never loaded by Python), or anything ``DPMarginals.fit`` reads in
-    memory (records, a DataFrame, a file).
-    """
-    engine = check_engine(engine)
-    from ..central.dp_marginals import _as_records
-    from .parquet import is_records_dir, open_records
-
-    local_dir = isinstance(data, str | Path) and is_records_dir(data)
-    if engine == "spark":
-        from .spark_engine import SparkTupleCounter
-
-        counter = SparkTupleCounter(data, spark=spark)
-        return counter.records, counter
-    if engine == "duckdb":
-        from .duckdb_engine import DuckDBTupleCounter
-
-        records = open_records(data) if local_dir else _as_records(data)
-        return records, DuckDBTupleCounter(records, threads=threads)
-    from ..central.dp_marginals import _MemoryCounter
-
-    records = _as_records(data)
-    return records, _MemoryCounter(records)

@@ -22,7 +22,7 @@ oue, sue   per-bit sums, two bits per int64 sum: for      split each sum's two 3
 
 Malformed reports (out-of-range values, bad seeds, padding bits, nulls) show up in the
 tallies (a value outside the domain, a sentinel count) and raise
-:class:`~dpmarginals.errors.DPMarginalsError` naming the group, as ``oracle.support`` does.
+:class:`~dpmarginals.core.errors.DPMarginalsError` naming the group, as ``oracle.support`` does.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..errors import DPMarginalsError
+from ..core.errors import DPMarginalsError
 from ..oracles import FrequencyOracle, fwht, make_oracle
-from ..plan import Plan
+from ..protocol.plan import Plan
 
 __all__ = [
     "ENGINES",

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..errors import DPMarginalsError
-from ..plan import Plan
+from ..core.errors import DPMarginalsError
+from ..protocol.plan import Plan
 from .base import (
     LANE,
     OLH_ALL,

@@ -15,8 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import DPMarginalsError
-from ..plan import Plan
+from ..core.errors import DPMarginalsError
+from ..protocol.plan import Plan
 from .base import Counts, empty_counts, plan_oracles
 from .parquet import (
     METADATA_KEY,

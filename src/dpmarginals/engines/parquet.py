@@ -36,12 +36,12 @@ discovery) read ``group`` as a column.
     PATH/entries/part-<uuid>.parquet     record int64, item int64   (one row per held item)
 
 Record ``r`` (0..n-1) holds the items of the rows with ``record = r``; within a record
-items are distinct and of distinct columns (as :class:`~dpmarginals.central.sparse.
+items are distinct and of distinct columns (as :class:`~dpmarginals.datasets.sparse.
 SparseRecords`).  Records without items need no rows: ``users`` counts them.
 
 >>> import tempfile
->>> from dpmarginals.domain import Domain
->>> from dpmarginals.plan import GroupSpec, Plan
+>>> from dpmarginals.core.domain import Domain
+>>> from dpmarginals.protocol.plan import GroupSpec, Plan
 >>> plan = Plan("calm", 1.0, Domain(("a",), (4,)), (GroupSpec(("a",), "grr", 1.0, 4),))
 >>> root = tempfile.mkdtemp()
 >>> write_reports(plan, root, "c1", {0: np.array([0, 3, 3])})
@@ -62,12 +62,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import DPMarginalsError
+from ..core.errors import DPMarginalsError
+from ..datasets.sparse import SparseRecords, read_records
 from ..oracles import FrequencyOracle, make_oracle
-from ..plan import Plan
+from ..protocol.plan import Plan
 
 __all__ = [
     "FORMAT_VERSION",
@@ -409,13 +411,13 @@ def export_reports(
     """Export a collection service's reports to the Parquet layout (streaming).
 
     ``rows`` yields either the store's rows ``(report_id, group, row)`` / ``(group, row)``
-    -- ``row`` the stored bytes of :mod:`dpmarginals.reports` (grr: one little-endian
+    -- ``row`` the stored bytes of :mod:`dpmarginals.protocol.reports` (grr: one little-endian
     int64; olh/hr: two; oue/sue: the packed bits) -- or JSON report objects (dicts, as
     ``GET /campaigns/{id}/reports`` streams them; validated against ``plan``).  Memory
     stays bounded by ``chunk`` reports plus one part file per group.  Returns the reports
     written per group.  Report ids are not exported (the store has deduplicated them).
     """
-    from ..reports import PlanCodec
+    from ..protocol.reports import PlanCodec
 
     codec = PlanCodec(plan)
     pending_rows: dict[int, list[bytes]] = {}
@@ -468,7 +470,7 @@ class RecordsTable:
     """Sparse records stored in Parquet: the (small) item dictionary in memory, the
     (large) ``(record, item)`` entries left on disk for an engine to scan.
 
-    Has the attributes of :class:`~dpmarginals.central.sparse.SparseRecords` that the
+    Has the attributes of :class:`~dpmarginals.datasets.sparse.SparseRecords` that the
     extraction reads besides the entries: ``n``, ``columns``, ``item_column``,
     ``item_value``, ``binary``, ``name``, ``n_items``, ``item_value_label``.
     """
@@ -512,7 +514,7 @@ def is_records_dir(path: str | Path) -> bool:
 
 def write_records(records: Any, path: str | Path, *, rows_per_file: int = ROWS_PER_FILE
                   ) -> RecordsTable:
-    """Write :class:`~dpmarginals.central.sparse.SparseRecords` to the records layout."""
+    """Write :class:`~dpmarginals.datasets.sparse.SparseRecords` to the records layout."""
     out = Path(path)
     if out.exists() and any(out.iterdir()):
         raise DPMarginalsError(f"{str(out)!r} exists and is not empty")
@@ -560,8 +562,6 @@ def open_records(path: str | Path) -> RecordsTable:
 
 def load_records(path: str | Path) -> Any:
     """The records layout at ``path`` read into memory as ``SparseRecords``."""
-    from ..central.sparse import SparseRecords
-
     table = open_records(path)
     files = table.entry_files()
     if files:
@@ -578,3 +578,26 @@ def load_records(path: str | Path) -> Any:
     np.cumsum(np.bincount(rec, minlength=table.n), out=indptr[1:])
     return SparseRecords(indptr, item, table.item_column, table.columns, table.item_value,
                          table.name)
+
+
+def as_records(data: Any) -> SparseRecords:
+    """Records for the central-DP extraction from records, a DataFrame, a records directory
+    or a file (:func:`~dpmarginals.datasets.sparse.read_records`)."""
+    if isinstance(data, SparseRecords):
+        records = data
+    elif isinstance(data, pd.DataFrame):
+        records = SparseRecords.from_frame(data)
+    elif isinstance(data, str | Path) and Path(data).is_dir():
+        if not is_records_dir(data):
+            raise DPMarginalsError(f"{str(data)!r} is a directory but not a records directory "
+                                   "(write one with dpmarginals.engines.parquet.write_records)")
+        records = load_records(data)
+    elif isinstance(data, str | Path):
+        records = read_records(data)
+    else:
+        raise DPMarginalsError(
+            f"data must be SparseRecords, a DataFrame or a file path, got {type(data).__name__}"
+        )
+    if records.n == 0 or records.items.size == 0:
+        raise DPMarginalsError("the data has no non-empty records: nothing to release")
+    return records

@@ -10,7 +10,7 @@ word; wide vectors are exploded into (word index, word) rows so that whole-stage
 generation stays on.
 
 ``pyspark`` is imported lazily: without it (or without Java) the engine raises
-:class:`~dpmarginals.errors.DPMarginalsError` saying what to install.  Sessions: pass
+:class:`~dpmarginals.core.errors.DPMarginalsError` saying what to install.  Sessions: pass
 one, or the active session is used, or a local one is made (master from
 ``$DPMARGINALS_SPARK_MASTER``, default ``local[*]``).
 
@@ -38,8 +38,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..errors import DPMarginalsError
-from ..plan import Plan
+from ..core.errors import DPMarginalsError
+from ..protocol.plan import Plan
 from .base import (
     LANE,
     OLH_ALL,
@@ -368,10 +368,10 @@ class SparkTupleCounter:
 
             self.records = open_records(_local(data))
         else:
-            from ..central.dp_marginals import _as_records
+            from .parquet import as_records
 
             self._tmp = tempfile.mkdtemp(prefix="dpm-spark-")
-            self.records = write_records(_as_records(data), Path(self._tmp) / "records")
+            self.records = write_records(as_records(data), Path(self._tmp) / "records")
         path = str(self.records.path)
         path = str(Path(path).resolve()) if _is_local(path) else path
         self.entries = self.spark.read.parquet(f"{path}/entries").select("record", "item")

@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..errors import DPMarginalsError
+from ..core.errors import DPMarginalsError
 from ..local.calm import CALM
 from ..local.calm_pgm import CALMPGM
 from ..local.collect import collect

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..errors import DPMarginalsError
+from ..core.errors import DPMarginalsError
 from .common import (
     EPS_CALM,
     evaluate_synopsis,
@@ -327,7 +327,7 @@ def fig6_dataset(name: str) -> Any:
     (Exec-managerial, Prof-specialty) vs. the rest (best possible error 22.1%); the other
     14 attributes keep ``adult2``'s partition.
     """
-    from ..dataset import Dataset
+    from ..core.dataset import Dataset
     from ..datasets import load
 
     if name != "adult2":
@@ -539,7 +539,7 @@ def _fig7_run(task: dict[str, Any], seed: int) -> list[dict[str, Any]]:
 
 
 def _analysis_choice(n: int, d: int, eps: float, k: int = 3) -> tuple[int, int]:
-    from ..planning import choose_marginals
+    from ..planning.error_model import choose_marginals
 
     c = choose_marginals(n, d, eps, k)
     return c.l, c.m

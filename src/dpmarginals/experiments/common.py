@@ -32,11 +32,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..dataset import Dataset
-from ..domain import Domain
-from ..errors import DPMarginalsError
-from ..evaluate import random_queries
-from ..table import MarginalTable
+from ..core.dataset import Dataset
+from ..core.domain import Domain
+from ..core.errors import DPMarginalsError
+from ..core.table import MarginalTable
+from ..synopsis.evaluate import random_queries
 from .runner import seed_for
 
 __all__ = [

@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..errors import DPMarginalsError
+from ..core.errors import DPMarginalsError
 from .common import (
     LN3,
     all_queries,

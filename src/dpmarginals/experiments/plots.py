@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..errors import DPMarginalsError
+from ..core.errors import DPMarginalsError
 
 __all__ = ["HeatmapPanel", "Panel", "curve_grid", "heatmap_grid", "point_panels", "style"]
 

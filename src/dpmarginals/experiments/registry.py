@@ -10,7 +10,7 @@ True
 
 from __future__ import annotations
 
-from ..errors import DPMarginalsError
+from ..core.errors import DPMarginalsError
 from .beyond_calm import BEYOND_CALM_EXPERIMENTS
 from .calm_figures import CALM_EXPERIMENTS
 from .cormode_figures import CORMODE_EXPERIMENTS

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..errors import DPMarginalsError, describe_os_error
+from ..core.errors import DPMarginalsError, describe_os_error
 
 __all__ = [
     "COMMON_COLUMNS",

@@ -27,7 +27,7 @@ from typing import Any, overload
 
 import numpy as np
 
-from dpmarginals.errors import DPMarginalsError
+from dpmarginals.core.errors import DPMarginalsError
 from dpmarginals.inference.nonneg import norm_sub
 from dpmarginals.inference.views import View, as_view, check_sizes
 

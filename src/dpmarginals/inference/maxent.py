@@ -16,7 +16,7 @@ from typing import Any, Literal, overload
 
 import numpy as np
 
-from dpmarginals.errors import DPMarginalsError
+from dpmarginals.core.errors import DPMarginalsError
 from dpmarginals.inference.views import as_view, check_sizes, project
 
 __all__ = ["MaxEntInfo", "max_entropy"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dpmarginals.errors import DPMarginalsError
+from dpmarginals.core.errors import DPMarginalsError
 
 __all__ = ["norm_cut", "norm_sub"]
 

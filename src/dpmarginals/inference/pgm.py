@@ -33,7 +33,7 @@ switches JAX to 64-bit floats for the whole process (``jax_enable_x64``), as ``m
 recommends.
 
 >>> import numpy as np
->>> from dpmarginals.domain import Domain
+>>> from dpmarginals.core.domain import Domain
 >>> dom = Domain(("a", "b"), (2, 2))
 >>> model = GraphicalModel(dom, [(("a", "b"), np.log(np.array([[0.4, 0.1], [0.1, 0.4]])))])
 >>> model.marginal(["b"]).round(3).tolist()
@@ -53,8 +53,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from dpmarginals.domain import Domain
-from dpmarginals.errors import DPMarginalsError
+from dpmarginals.core.domain import Domain
+from dpmarginals.core.errors import DPMarginalsError
 from dpmarginals.inference.maxent import max_entropy
 
 __all__ = [
@@ -84,7 +84,7 @@ MODEL_LIMIT_MB = 1024
 
 
 class NoisyMarginal(Protocol):
-    """Anything with the fields of :class:`dpmarginals.local.collect.NoisyView`."""
+    """Anything with the fields of :class:`dpmarginals.inference.views.NoisyView`."""
 
     attributes: tuple[str, ...]
     table: np.ndarray
@@ -210,7 +210,7 @@ def eb_shrink(domain: Domain, views: Sequence[NoisyMarginal], *,
     """Pool, then shrink every marginal's top-order interaction toward max-entropy.
 
     ``views``: the unbiased noisy marginals with their per-cell noise variance (f -> 0 form,
-    as :class:`~dpmarginals.local.collect.NoisyView` carries it).  ``first_order=False``
+    as :class:`~dpmarginals.inference.views.NoisyView` carries it).  ``first_order=False``
     leaves the 1-way marginals unshrunk (pooled only).
     """
     if not views:

@@ -10,13 +10,14 @@ is expected.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from dpmarginals.errors import DPMarginalsError
+from dpmarginals.core.errors import DPMarginalsError
 
-__all__ = ["View", "as_view", "check_sizes", "project"]
+__all__ = ["NoisyView", "View", "as_view", "check_sizes", "project"]
 
 
 class View(NamedTuple):
@@ -112,3 +113,14 @@ def project(attrs: Sequence[int], table: np.ndarray, onto: Sequence[int]) -> np.
     if perm != list(range(len(perm))):
         out = out.transpose(perm)
     return np.asarray(out)
+
+
+@dataclass(frozen=True)
+class NoisyView:
+    """An unbiased noisy marginal of one group of users, as fractions (cells may be
+    negative): what the estimate step hands to inference."""
+
+    attributes: tuple[str, ...]
+    table: np.ndarray
+    users: int
+    variance: float  # per-cell variance of the estimate (CALM eq. 3 with this group's n)

@@ -27,13 +27,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..dataset import Dataset
-from ..domain import Domain
-from ..errors import DPMarginalsError, check_epsilon, check_k
-from ..plan import Plan
-from ..randomness import RNGLike
-from ..synopsis import Synopsis
-from ..table import MarginalTable
+from ..core.dataset import Dataset
+from ..core.domain import Domain
+from ..core.errors import DPMarginalsError, check_epsilon, check_k
+from ..core.randomness import RNGLike
+from ..core.table import MarginalTable
+from ..protocol.plan import Plan
+from ..synopsis.base import Synopsis
 from .direct import bits_for, collection_output_distribution, every_record
 
 __all__ = ["BE", "BinaryEncoding", "EncodedSynopsis"]
@@ -158,7 +158,7 @@ class EncodedSynopsis(Synopsis):
 
     @classmethod
     def _from_payload(cls, domain: Domain, method: str, payload: Mapping[str, Any]) -> Synopsis:
-        from ..synopsis import synopsis_from_dict
+        from ..synopsis.base import synopsis_from_dict
 
         inner = synopsis_from_dict(payload["inner"])
         return cls(domain, inner, method, dict(payload.get("info", {})))

@@ -12,36 +12,35 @@ from __future__ import annotations
 
 import math
 import time
-import warnings
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..covering import covering_size
-from ..dataset import Dataset
-from ..domain import Domain
-from ..errors import (
+from ..core.dataset import Dataset
+from ..core.domain import Domain
+from ..core.errors import (
     DPMarginalsError,
     check_choice,
     check_epsilon,
     check_k,
     check_positive_int,
 )
-from ..inference import ConsistencyWarning, make_consistent
+from ..core.randomness import RNGLike
+from ..inference.views import NoisyView
 from ..oracles import adaptive_oracle, best_oracle
-from ..plan import GroupSpec, Plan, attribute_names
-from ..planning import (
+from ..planning.covering import covering_size
+from ..planning.error_model import (
     choose_marginals,
     expected_cells,
     noise_error,
     sampling_error,
     select_marginals,
 )
-from ..randomness import RNGLike
-from ..stderr import collection_info
-from ..synopsis import Synopsis, ViewSynopsis
-from .collect import NoisyView, collect
+from ..protocol.plan import GroupSpec, Plan, attribute_names
+from ..synopsis.base import Synopsis, consistent_synopsis
+from ..synopsis.stderr import collection_info
+from .collect import collect
 
-__all__ = ["CALM", "consistent_synopsis", "group_specs"]
+__all__ = ["CALM", "group_specs"]
 
 ORACLES = ("adaptive", "best", "grr", "oue", "olh", "hr")
 INFERENCE = ("consistency", "pgm")
@@ -64,26 +63,6 @@ def group_specs(
     return tuple(specs)
 
 
-def consistent_synopsis(
-    domain: Domain, views: list[NoisyView], method: str, info: dict, *, max_rounds: int = 1000
-) -> ViewSynopsis:
-    """Consistency + non-negativity over the noisy views (§4.4), packed as a synopsis.
-
-    The weighted averages use 1/(C_i Var_i): CALM's 1/C_i when every group has the same
-    size and oracle, and the variance-optimal generalisation §4.4 mentions otherwise.
-    """
-    index_views = [(domain.indices(v.attributes), v.table) for v in views]
-    with warnings.catch_warnings():
-        # Non-convergence is reported in ``info`` (consistent=False, the residuals).
-        warnings.simplefilter("ignore", ConsistencyWarning)
-        result = make_consistent(index_views, domain.sizes,
-                                 variances=[v.variance for v in views], max_rounds=max_rounds)
-    info = {**info, "consistency_rounds": result.rounds, "consistent": result.converged,
-            "max_inconsistency": result.max_inconsistency, "min_cell": result.min_cell}
-    out = [(tuple(domain.attributes[i] for i in attrs), table) for attrs, table in result]
-    return ViewSynopsis(domain, out, method, info)
-
-
 @dataclass
 class CALM:
     """CALM with Algorithm 1's choice of (m, l) unless both are given.
@@ -95,7 +74,7 @@ class CALM:
     ``inference="pgm"`` replaces consistency + max-entropy by graphical-model inference
     (:mod:`dpmarginals.local.calm_pgm`, the optional ``pgm`` extra) on the same reports.
 
-    >>> from dpmarginals.domain import Domain
+    >>> from dpmarginals.core.domain import Domain
     >>> plan = CALM(epsilon=2.0, k=3).plan(Domain.from_dict({str(i): 2 for i in range(8)}), 2**16)
     >>> plan.params["l"], plan.m
     (4, 14)

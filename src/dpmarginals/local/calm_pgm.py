@@ -21,14 +21,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ..dataset import Dataset
-from ..domain import Domain
-from ..errors import DPMarginalsError, check_positive_int
+from ..core.dataset import Dataset
+from ..core.domain import Domain
+from ..core.errors import DPMarginalsError, check_positive_int
+from ..core.randomness import RNGLike
+from ..core.table import MarginalTable
 from ..inference.pgm import KEEP, GraphicalModel, NoisyMarginal, pgm_estimate, require_mbi
-from ..plan import Plan
-from ..randomness import RNGLike
-from ..synopsis import Synopsis, check_query, maximal_overlaps
-from ..table import MarginalTable
+from ..protocol.plan import Plan
+from ..synopsis.base import Synopsis, check_query, maximal_overlaps
 from .calm import CALM
 
 __all__ = ["CALMPGM", "PGMSynopsis", "pgm_options", "pgm_synopsis"]
@@ -42,7 +42,7 @@ class PGMSynopsis(Synopsis):
     """A graphical model fitted to noisy marginals; any marginal is inferred from it.
 
     ``options``: the inference options (shrink, keep, iters), so that a bootstrap re-fit
-    (:mod:`dpmarginals.stderr`) repeats the same inference.
+    (:mod:`dpmarginals.synopsis.stderr`) repeats the same inference.
     """
 
     kind: ClassVar[str] = "pgm"
@@ -58,7 +58,7 @@ class PGMSynopsis(Synopsis):
         table = self.model.marginal(attrs)
         if not std:
             return MarginalTable(self.domain.project(attrs), table)
-        from ..stderr import standard_errors
+        from ..synopsis.stderr import standard_errors
 
         errors, _ = standard_errors(self, attrs, table)
         return MarginalTable(self.domain.project(attrs), table, errors)

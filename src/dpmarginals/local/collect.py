@@ -15,27 +15,16 @@ Two paths produce the support counts:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from ..dataset import Dataset
-from ..errors import DPMarginalsError
+from ..core.dataset import Dataset
+from ..core.errors import DPMarginalsError
+from ..core.randomness import RNGLike, client_rng, simulation_rng
+from ..inference.views import NoisyView
 from ..oracles import make_oracle
-from ..plan import Plan
-from ..randomness import RNGLike, client_rng, simulation_rng
+from ..protocol.plan import Plan
 
-__all__ = ["NoisyView", "assign_groups", "collect", "estimate_views", "group_supports"]
-
-
-@dataclass(frozen=True)
-class NoisyView:
-    """An unbiased noisy marginal of one group, as fractions (cells may be negative)."""
-
-    attributes: tuple[str, ...]
-    table: np.ndarray
-    users: int
-    variance: float  # per-cell variance of the estimate (CALM eq. 3 with this group's n)
+__all__ = ["assign_groups", "collect", "estimate_views", "group_supports"]
 
 
 def assign_groups(n: int, m: int, *, rng: RNGLike = None) -> np.ndarray:

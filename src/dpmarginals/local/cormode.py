@@ -31,12 +31,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..dataset import Dataset
-from ..domain import Domain
-from ..errors import DPMarginalsError, check_epsilon
+from ..core.dataset import Dataset
+from ..core.domain import Domain
+from ..core.errors import DPMarginalsError, check_epsilon
+from ..core.randomness import RandomSource, RNGLike, client_rng, simulation_rng
 from ..oracles import fwht
-from ..plan import Plan
-from ..randomness import RandomSource, RNGLike, client_rng, simulation_rng
+from ..protocol.plan import Plan
 from .binary_encoding import BE, BinaryEncoding
 from .direct import (
     AM,
@@ -254,20 +254,12 @@ class InpHTCMS:
         return np.concatenate(blocks, axis=1) / self.g
 
 
-def _priview(**params: Any) -> Any:
-    """Centralized PriView, imported on use (it lives in the central package)."""
-    from ..central.priview import PriView
-
-    return PriView(**params)
-
-
 BASELINES: dict[str, Callable[..., Any]] = {
     "fc": FC,
     "am": AM,
     "ft": FT,
     "em": EM,
     "be": BE,
-    "priview": _priview,
     "inp_rr": InpRR,
     "inp_ps": InpPS,
     "inp_ht": InpHT,

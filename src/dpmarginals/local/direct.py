@@ -34,22 +34,23 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..dataset import Dataset
-from ..domain import Domain
-from ..errors import (
+from ..core.dataset import Dataset
+from ..core.domain import Domain
+from ..core.errors import (
     DPMarginalsError,
     check_choice,
     check_epsilon,
     check_k,
     check_positive_int,
 )
+from ..core.randomness import RNGLike
+from ..core.table import MarginalTable
 from ..inference import norm_sub, project
+from ..inference.views import NoisyView
 from ..oracles import ORACLES, adaptive_oracle, best_oracle, make_oracle
-from ..plan import GroupSpec, Plan
-from ..randomness import RNGLike
-from ..synopsis import Synopsis, check_query
-from ..table import MarginalTable
-from .collect import NoisyView, collect
+from ..protocol.plan import GroupSpec, Plan
+from ..synopsis.base import Synopsis, check_query
+from .collect import collect
 
 __all__ = [
     "AM",
@@ -247,7 +248,7 @@ def release_views(domain: Domain, plan: Plan, views: Sequence[NoisyView], method
     :data:`VIEW_INFERENCE`; ``postprocess`` applies to "views")."""
     info = {"plan_hash": plan.hash, **plan.params}
     if inference == "pgm":
-        from ..stderr import collection_info
+        from ..synopsis.stderr import collection_info
         from .calm_pgm import pgm_synopsis
 
         if all(g.oracle in ORACLES for g in plan.groups):  # what standard errors need

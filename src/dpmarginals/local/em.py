@@ -30,7 +30,7 @@ marginal the synopsis records :class:`EMDiagnostics` and flags a failure when
   level ``alpha`` (conservative: T_unbiased is not the maximiser).
 
 A failure is never returned silently: ``on_failure="warn"`` (default) issues an
-:class:`EMFailureWarning`, ``"raise"`` raises :class:`~dpmarginals.errors.DPMarginalsError`,
+:class:`EMFailureWarning`, ``"raise"`` raises :class:`~dpmarginals.core.errors.DPMarginalsError`,
 ``"fallback"`` warns and answers with the Norm-Sub'd unbiased estimate instead.  Counts are
 kept in ``synopsis.info`` (``em_queries``, ``em_failures``, ``em_stopped_at_prior``,
 ``em_not_converged``) and per query in ``synopsis.diagnostics``.  ``em_stopped_at_start``
@@ -49,15 +49,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..dataset import Dataset
-from ..domain import Domain
-from ..errors import DPMarginalsError, check_choice, check_epsilon, check_k, check_positive_int
+from ..core.dataset import Dataset
+from ..core.domain import Domain
+from ..core.errors import DPMarginalsError, check_choice, check_epsilon, check_k, check_positive_int
+from ..core.randomness import RNGLike, client_rng
+from ..core.table import MarginalTable
 from ..inference import norm_sub
 from ..oracles import FrequencyOracle, adaptive_oracle, make_oracle
-from ..plan import Plan
-from ..randomness import RNGLike, client_rng
-from ..synopsis import Synopsis
-from ..table import MarginalTable
+from ..protocol.plan import Plan
+from ..synopsis.base import Synopsis
 from .direct import every_record
 
 __all__ = ["EM", "EMDiagnostics", "EMFailureWarning", "EMSynopsis", "InpEM", "em_marginal"]

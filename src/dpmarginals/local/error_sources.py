@@ -18,10 +18,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..dataset import Dataset
-from ..plan import Plan
-from ..randomness import RNGLike, simulation_rng
-from .collect import NoisyView, assign_groups
+from ..core.dataset import Dataset
+from ..core.randomness import RNGLike, simulation_rng
+from ..inference.views import NoisyView
+from ..protocol.plan import Plan
+from .collect import assign_groups
 
 __all__ = ["noiseless_views", "population_views", "split_error"]
 

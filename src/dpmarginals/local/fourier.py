@@ -43,17 +43,18 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..dataset import Dataset
-from ..domain import Domain
-from ..errors import DPMarginalsError, check_epsilon
+from ..core.dataset import Dataset
+from ..core.domain import Domain
+from ..core.errors import DPMarginalsError, check_epsilon
+from ..core.randomness import RandomSource, RNGLike, client_rng, simulation_rng
+from ..core.table import MarginalTable
+from ..inference.views import NoisyView
 from ..oracles import fwht
 from ..oracles._base import parity
-from ..plan import GroupSpec, Plan
-from ..randomness import RandomSource, RNGLike, client_rng, simulation_rng
-from ..synopsis import Synopsis
-from ..table import MarginalTable
+from ..protocol.plan import GroupSpec, Plan
+from ..synopsis.base import Synopsis
 from .binary_encoding import BinaryEncoding
-from .collect import NoisyView, assign_groups
+from .collect import assign_groups
 from .direct import (
     POSTPROCESS,
     apply_postprocess,

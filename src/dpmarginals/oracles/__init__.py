@@ -20,7 +20,7 @@ for privacy checks) and ``sample_support`` (exact aggregate sampler for simulati
 never from e^eps, so the oracles work for any finite eps: at eps = 1000 or 1e308, p = 1
 (or 1/2 for OUE's own bit) and q = 0 instead of an ``OverflowError``; OLH's hash range
 stops growing at its prime.  The command line additionally refuses eps above
-:data:`dpmarginals.argtypes.MAX_EPSILON` (no privacy is left long before that).
+:data:`dpmarginals.cli.argtypes.MAX_EPSILON` (no privacy is left long before that).
 
 >>> oracle = adaptive_oracle(1.0, 4)
 >>> oracle.name
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..errors import DPMarginalsError, check_epsilon
+from ..core.errors import DPMarginalsError, check_epsilon
 from ._base import FrequencyOracle, check_size, grr_beats_oue, grr_probabilities
 from .grr import GRR
 from .hr import HR, fwht

@@ -17,8 +17,8 @@ from typing import ClassVar
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ..errors import DPMarginalsError, check_epsilon
-from ..randomness import RandomSource, RNGLike
+from ..core.errors import DPMarginalsError, check_epsilon
+from ..core.randomness import RandomSource, RNGLike
 
 __all__ = ["FrequencyOracle"]
 

@@ -26,7 +26,7 @@ from typing import ClassVar
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ..randomness import RNGLike, client_rng, simulation_rng
+from ..core.randomness import RNGLike, client_rng, simulation_rng
 from ._base import (
     FrequencyOracle,
     as_counts,

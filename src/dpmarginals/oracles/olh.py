@@ -25,8 +25,8 @@ from typing import ClassVar
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ..errors import DPMarginalsError
-from ..randomness import RNGLike, client_rng, simulation_rng
+from ..core.errors import DPMarginalsError
+from ..core.randomness import RNGLike, client_rng, simulation_rng
 from ._base import (
     FrequencyOracle,
     as_counts,

@@ -24,8 +24,8 @@ from typing import ClassVar
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ..errors import DPMarginalsError
-from ..randomness import RandomSource, RNGLike, client_rng, simulation_rng
+from ..core.errors import DPMarginalsError
+from ..core.randomness import RandomSource, RNGLike, client_rng, simulation_rng
 from ._base import FrequencyOracle, as_counts, as_value, as_values, grr_probabilities
 
 __all__ = ["OUE", "SUE", "bernoulli_words"]

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import DPMarginalsError
-from ..plan import Plan
+from ..core.errors import DPMarginalsError
+from ..protocol.plan import Plan
 
 if TYPE_CHECKING:
-    from ..synopsis import ViewSynopsis
+    from ..synopsis.base import ViewSynopsis
 
 __all__ = ["synopsis_from_counts", "synopsis_from_reports"]
 
@@ -36,10 +36,10 @@ def synopsis_from_counts(
     entropy from the others).  The pipeline is CALM's (``estimate_views`` then
     ``consistent_synopsis``), whatever ``plan.method`` is.
     """
-    from ..local.calm import consistent_synopsis
+    from ..core.provenance import Provenance
     from ..local.collect import estimate_views
-    from ..provenance import Provenance
-    from ..stderr import collection_info
+    from ..synopsis.base import consistent_synopsis
+    from ..synopsis.stderr import collection_info
 
     users = np.asarray(users, dtype=np.int64)
     if len(supports) != plan.m or users.shape != (plan.m,):
@@ -59,7 +59,7 @@ def synopsis_from_counts(
     synopsis.provenance = Provenance(
         True, "local", plan.method, plan.epsilon, plan_hash=plan.hash,
         unit="one device: each report is one device's record, randomized on the device",
-        randomness="made on the clients' devices (dpmarginals.client draws from the OS "
+        randomness="made on the clients' devices (dpmarginals.protocol.client draws from the OS "
         "CSPRNG); the aggregator cannot verify how a report was made")
     return synopsis
 
@@ -69,16 +69,16 @@ def synopsis_from_reports(
 ) -> ViewSynopsis:
     """The in-process release from JSON reports: validate, count, then as the server does.
 
-    >>> from dpmarginals.domain import Domain
-    >>> from dpmarginals.plan import GroupSpec, Plan
-    >>> from dpmarginals.reports import PlanCodec
+    >>> from dpmarginals.core.domain import Domain
+    >>> from dpmarginals.protocol.plan import GroupSpec, Plan
+    >>> from dpmarginals.protocol.reports import PlanCodec
     >>> plan = Plan("calm", 1.0, Domain(("a",), (2,)), (GroupSpec(("a",), "grr", 1.0, 2),))
     >>> codec = PlanCodec(plan)
     >>> reports = [codec.report(0, v) for v in (0, 1, 1, 1)]
     >>> synopsis_from_reports(plan, reports).marginal(["a"]).values.round(3).tolist()
     [0.0, 1.0]
     """
-    from ..reports import support_counts
+    from ..protocol.reports import support_counts
 
     supports, users = support_counts(plan, reports)
     return synopsis_from_counts(plan, supports, users, max_rounds=max_rounds)

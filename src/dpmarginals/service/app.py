@@ -42,9 +42,9 @@ from typing import Annotated, Any, Literal
 import numpy as np
 
 from .. import __version__
-from ..errors import DPMarginalsError
-from ..plan import Plan
-from ..reports import BATCH_SCHEMA, MAX_BATCH_REPORTS, REPORT_SCHEMA, ReportError
+from ..core.errors import DPMarginalsError
+from ..protocol.plan import Plan
+from ..protocol.reports import BATCH_SCHEMA, MAX_BATCH_REPORTS, REPORT_SCHEMA, ReportError
 from . import synopsis_from_counts
 from .store import Campaign, Store, StoreError, open_store
 
@@ -454,7 +454,7 @@ def create_app(
         attrs = [a.strip() for a in attributes.split(",") if a.strip()]
         if not attrs:
             raise ServiceError(422, "invalid_request", "attributes names no attribute")
-        from ..synopsis import check_query
+        from ..synopsis.base import check_query
 
         cells = found.plan.domain.project(check_query(found.plan.domain, attrs)).cells()
         if cells > MAX_ANSWER_CELLS:  # (unknown/repeated attributes: 422 above)

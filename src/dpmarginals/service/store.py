@@ -38,9 +38,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DPMarginalsError
-from ..plan import Plan
-from ..reports import DecodedReports, PlanCodec, ReportError
+from ..core.errors import DPMarginalsError
+from ..protocol.plan import Plan
+from ..protocol.reports import DecodedReports, PlanCodec, ReportError
 
 __all__ = ["Campaign", "PostgresStore", "SQLiteStore", "Store", "StoreError", "open_store"]
 

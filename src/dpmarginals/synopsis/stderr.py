@@ -55,8 +55,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import DPMarginalsError, check_positive_int
-from .randomness import RNGLike, simulation_rng
+from ..core.errors import DPMarginalsError, check_positive_int
+from ..core.randomness import RNGLike, simulation_rng
 
 __all__ = [
     "GroupInfo",
@@ -132,7 +132,7 @@ def covering_groups(groups: Sequence[GroupInfo], attrs: Sequence[str]) -> list[G
 def _cell_variance(group: GroupInfo, a: int, f: np.ndarray, n: int, sizes: Mapping[str, int]
                    ) -> np.ndarray:
     """Variance of the unbiased estimate of a sum of ``a`` group cells of frequency ``f``."""
-    from .oracles import make_oracle
+    from ..oracles import make_oracle
 
     cells = math.prod(sizes[x] for x in group.attributes)
     oracle = make_oracle(group.oracle, group.epsilon, cells)
@@ -169,8 +169,8 @@ def analytic_std(synopsis: Any, attrs: Sequence[str], values: np.ndarray) -> np.
 def _coefficient_variances(groups: Sequence[GroupInfo], sizes: Mapping[str, int]
                            ) -> dict[GroupInfo, float]:
     """Each group's variance of one orthonormal coefficient of its noisy marginal."""
-    from .oracles import make_oracle
-    from .workload import coefficient_variance
+    from ..oracles import make_oracle
+    from ..planning.workload import coefficient_variance
 
     return {g: coefficient_variance(make_oracle(g.oracle, g.epsilon,
                                                 math.prod(sizes[x] for x in g.attributes)),
@@ -201,7 +201,7 @@ def pooling_ratio(groups: Sequence[GroupInfo], attrs: Sequence[str], sizes: Mapp
     variance of one coefficient of the sub-marginal S (in Q's table that coefficient is
     scaled by ``1 / sqrt(prod_{Q∖S} c_a)``, and spread over the cells by ``1/c_a``).  The
     covering groups alone give ``v_S = 1 / sum_{g ⊇ Q} 1/(C_g(S) Var_g)`` (``Var_g`` from
-    :func:`~dpmarginals.workload.coefficient_variance`); pooling every group that contains
+    :func:`~dpmarginals.planning.workload.coefficient_variance`); pooling every group that contains
     S (consistency, §4.4) gives the same sum over ``g ⊇ S``; an empirical-Bayes shrinkage
     factor s_S (the fraction of the interaction kept) turns ``v_S`` into the posterior
     variance ``s_S v_S``.  The ratio of the two totals scales the covering group's exact
@@ -252,8 +252,7 @@ def _refit_function(synopsis: Any, *, linear: bool = False) -> Callable[[list[An
     """How to redo the synopsis's inference from new noisy views; ``linear=True``: the same
     inference without its non-negativity step (one consistency pass, no Norm-Sub), or None
     when the synopsis has no such linear counterpart."""
-    from .local.calm import consistent_synopsis
-    from .synopsis import ViewSynopsis
+    from .base import ViewSynopsis, consistent_synopsis
 
     if isinstance(synopsis, ViewSynopsis):
         rounds = 1 if linear else 1000
@@ -272,8 +271,8 @@ def _refit_function(synopsis: Any, *, linear: bool = False) -> Callable[[list[An
 def _shrunk_views(domain: Any, views: Sequence[Any]) -> Any:
     """A graphical-model synopsis's linear counterpart: its empirical-Bayes shrunk
     marginals (consistent by construction) before the model's non-negativity."""
-    from .inference.pgm import eb_shrink
-    from .synopsis import ViewSynopsis
+    from ..inference.pgm import eb_shrink
+    from .base import ViewSynopsis
 
     tables = eb_shrink(domain, views).tables
     canon = {tuple(sorted(v.attributes, key=domain.index)) for v in views}
@@ -297,8 +296,8 @@ def bootstrap(synopsis: Any, *, replicates: int = REPLICATES, rng: RNGLike = Non
     the synopsis's marginal), its oracle's support counts (``oracle.sample_support``),
     unbiases them and re-runs the synopsis's own inference.
     """
-    from .local.collect import NoisyView
-    from .oracles import make_oracle
+    from ..inference.views import NoisyView
+    from ..oracles import make_oracle
 
     replicates = check_positive_int(replicates, "replicates", 2)
     gen = simulation_rng(rng)
@@ -365,7 +364,7 @@ def postprocessing_factor(worlds: Sequence[Replicate], attrs: Sequence[str],
 
 def _interaction_block(attrs: Sequence[str], table: np.ndarray, domain: Any) -> np.ndarray:
     """A marginal's top-order interaction block beyond the max-entropy table of its facets."""
-    from .inference.pgm import _maxent_base, _top
+    from ..inference.pgm import _maxent_base, _top
 
     sizes = dict(zip(domain.attributes, domain.sizes, strict=True))
     canon = tuple(sorted(attrs, key=domain.index))
@@ -469,7 +468,7 @@ def standard_errors(synopsis: Any, attrs: Sequence[str], values: np.ndarray, *,
     :func:`postprocessing_factor` where the synopsis has a linear counterpart) or
     ``"bootstrap"`` (reconstructed query: bootstrap RMSE, the unmeasured interactions'
     variance and, for calm-pgm, what shrinkage hides from the bootstrap).  ``public``: a
-    public or synthetic :class:`~dpmarginals.dataset.Dataset` over the same domain whose
+    public or synthetic :class:`~dpmarginals.core.dataset.Dataset` over the same domain whose
     interactions tell how fast they fade with the order (:func:`interaction_profile`),
     instead of the fixed :data:`INTERACTION_DECAY`.  Without ``rng`` the bootstrap is
     seeded from the query, so asking twice gives the same answer (its randomness is

@@ -139,9 +139,9 @@ class Dataset:
 
         The domain (a :class:`Domain`, a domain dict or a JSON path) says each column's
         values: labels, numeric bins or codes ``0..size-1``
-        (:func:`dpmarginals.encoding.encode_frame`); a value outside it is an error naming
+        (:func:`dpmarginals.core.encoding.encode_frame`); a value outside it is an error naming
         the column, the row and the value.  Without a domain, it is read off the data with
-        a :class:`~dpmarginals.errors.PrivacyLeakWarning`.
+        a :class:`~dpmarginals.core.errors.PrivacyLeakWarning`.
         """
         if len(frame) == 0:
             raise DPMarginalsError("the data has no rows")

@@ -93,8 +93,8 @@ from itertools import combinations
 
 import numpy as np
 
-from .errors import DPMarginalsError, check_positive_int
-from .randomness import RNGLike
+from ..core.errors import DPMarginalsError, check_positive_int
+from ..core.randomness import RNGLike
 
 __all__ = [
     "balanced_subsets",

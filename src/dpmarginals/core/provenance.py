@@ -42,7 +42,7 @@ class Provenance:
 
     def __post_init__(self) -> None:
         if not self.package_version:
-            from . import __version__
+            from .. import __version__
 
             object.__setattr__(self, "package_version", __version__)
 

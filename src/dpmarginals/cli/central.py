@@ -1,7 +1,7 @@
 """The ``dpmarginals central`` command: DP k-tuple extraction from sparse records.
 
 ``register(subparsers)`` adds the subcommand to the ``dpmarginals`` parser; errors a user
-can cause raise :class:`~dpmarginals.errors.DPMarginalsError` (printed on one line by the
+can cause raise :class:`~dpmarginals.core.errors.DPMarginalsError` (printed on one line by the
 CLI) or are argparse usage errors (one line as well).
 """
 
@@ -14,13 +14,13 @@ import sys
 import time
 from typing import Any
 
-from ..argtypes import epsilon as _epsilon
-from ..argtypes import number_in, validated
-from ..argtypes import open_fraction as _open_fraction
-from ..argtypes import positive_int as _positive_int
-from ..argtypes import seed as _seed
-from ..errors import DPMarginalsError, describe_os_error
-from .accounting import ACCOUNTANTS, check_delta
+from ..central.accounting import ACCOUNTANTS, check_delta
+from ..core.errors import DPMarginalsError, describe_os_error
+from .argtypes import epsilon as _epsilon
+from .argtypes import number_in, validated
+from .argtypes import open_fraction as _open_fraction
+from .argtypes import positive_int as _positive_int
+from .argtypes import seed as _seed
 
 __all__ = ["register"]
 
@@ -84,8 +84,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def _cmd_central(args: argparse.Namespace) -> int:
-    from .dp_marginals import DPMarginals, spurious_fraction
-    from .sparse import resolve_data
+    from ..central.dp_marginals import DPMarginals, spurious_fraction
+    from ..datasets.sparse import resolve_data
 
     start = time.perf_counter()
     records = resolve_data(args.data, args.data_home)

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..errors import DPMarginalsError
+from ..core.errors import DPMarginalsError
 
 __all__ = ["DATASET_FILES", "SparseRecords", "parse_transactions", "read_records"]
 

@@ -29,8 +29,8 @@ A batch is ``{"reports": [report, ...]}`` with at most :data:`MAX_BATCH_REPORTS`
 batch, with its index and the reason), converts payloads to the compact rows the store
 keeps, and counts the support of a set of reports per group; the client uses it to encode.
 
->>> from dpmarginals.domain import Domain
->>> from dpmarginals.plan import GroupSpec, Plan
+>>> from dpmarginals.core.domain import Domain
+>>> from dpmarginals.protocol.plan import GroupSpec, Plan
 >>> plan = Plan("calm", 1.0, Domain(("a", "b"), (2, 3)),
 ...             (GroupSpec(("a", "b"), "grr", 1.0, 6),))
 >>> codec = PlanCodec(plan)
@@ -53,8 +53,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import DPMarginalsError
-from .oracles import FrequencyOracle, make_oracle
+from ..core.errors import DPMarginalsError
+from ..oracles import FrequencyOracle, make_oracle
 from .plan import Plan
 
 __all__ = [

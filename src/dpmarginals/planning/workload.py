@@ -31,7 +31,7 @@ The workload file (``dpmarginals plan --workload FILE``) is JSON: either a list 
 attribute lists, ``[["age", "sex"], ["age", "income", "zip"]]``, or ``{"k": 3}`` for every
 3-way marginal (optionally ``{"k": 3, "attributes": [...]}`` to restrict to some).
 
->>> from dpmarginals.domain import Domain
+>>> from dpmarginals.core.domain import Domain
 >>> dom = Domain(tuple(f"a{i}" for i in range(8)), (2,) * 8)
 >>> best = plan_workload(dom, 2**16, 2.0, Workload.all_k(dom, 3))
 >>> (best.l, best.m, best.oracle), best.covers
@@ -53,11 +53,11 @@ from typing import Any
 
 import numpy as np
 
+from ..core.domain import Domain
+from ..core.errors import DPMarginalsError, check_epsilon, check_positive_int, describe_os_error
+from ..oracles import make_oracle
+from ..protocol.plan import GroupSpec, Plan
 from .covering import balanced_subsets, cover_design, covering_size
-from .domain import Domain
-from .errors import DPMarginalsError, check_epsilon, check_positive_int, describe_os_error
-from .oracles import make_oracle
-from .plan import GroupSpec, Plan
 
 __all__ = [
     "ORACLE_CANDIDATES",
@@ -261,7 +261,7 @@ def coefficient_variance(oracle: Any, users: int) -> float:
 def _public_reconstruction(public: Any, q: Sequence[str], sets: Sequence[Sequence[str]]
                            ) -> float:
     """SSE of max-entropy on ``public``'s marginals of the sets, against its marginal on q."""
-    from .inference import max_entropy
+    from ..inference import max_entropy
 
     dom = public.domain
     views = []
@@ -342,7 +342,7 @@ def plan_workload(
 ) -> WorkloadChoice:
     """The candidate plan with the least predicted workload SSE (see the module docstring).
 
-    ``public``: a :class:`~dpmarginals.dataset.Dataset` over (at least) the domain's
+    ``public``: a :class:`~dpmarginals.core.dataset.Dataset` over (at least) the domain's
     attributes, public or synthetic, used to measure reconstruction error instead of
     charging ``theta`` per uncovered query.
     """

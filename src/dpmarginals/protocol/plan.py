@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .domain import Domain
-from .errors import DPMarginalsError
+from ..core.domain import Domain
+from ..core.errors import DPMarginalsError
 
 __all__ = ["PLAN_VERSION", "GroupSpec", "Plan"]
 

@@ -3,7 +3,7 @@
 The domain says which values exist (labels, numeric bins, or plain codes ``0..size-1``);
 a value outside it is an error naming the column, the row and the value, unless the
 domain declares a catch-all ``other`` value.  Reading a domain off the private data is
-possible only on request, with a :class:`~dpmarginals.errors.PrivacyLeakWarning`: sizes and
+possible only on request, with a :class:`~dpmarginals.core.errors.PrivacyLeakWarning`: sizes and
 labels read off the data reveal its values (diffprivlib warns the same way).
 """
 

@@ -37,12 +37,12 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from .dataset import Dataset
-from .domain import Domain
-from .errors import DPMarginalsError
-from .randomness import RNGLike, simulation_rng
-from .synopsis import MAX_QUERY_CELLS
-from .table import MarginalTable
+from ..core.dataset import Dataset
+from ..core.domain import Domain
+from ..core.errors import DPMarginalsError
+from ..core.randomness import RNGLike, simulation_rng
+from ..core.table import MarginalTable
+from .base import MAX_QUERY_CELLS
 
 __all__ = ["network", "sample_marginal", "synthesize"]
 
@@ -67,7 +67,7 @@ def sample_marginal(table: MarginalTable, n: int, *, rng: RNGLike = None,
                     labels: Mapping[str, Sequence[str]] | None = None,
                     name: str = "synthetic") -> Dataset:
     """``n`` records drawn i.i.d. from ``table`` (its attributes only), in random order."""
-    from .applications.association import project_to_simplex
+    from ..applications.association import project_to_simplex
 
     n = _check_n(n)
     gen = simulation_rng(rng)
@@ -83,7 +83,7 @@ def sample_marginal(table: MarginalTable, n: int, *, rng: RNGLike = None,
 def network(source: object, attributes: Sequence[str] | None = None, degree: int = 2
             ) -> list[tuple[str, tuple[str, ...]]]:
     """The sampling order and each attribute's parents (steps 1-2 of :func:`synthesize`)."""
-    from .applications.chow_liu import chow_liu_tree, pairwise_mutual_information
+    from ..applications.chow_liu import chow_liu_tree, pairwise_mutual_information
 
     if isinstance(degree, bool) or not isinstance(degree, int | np.integer) or degree < 0:
         raise DPMarginalsError(f"degree must be an integer >= 0 (or None), got {degree!r}")
@@ -139,7 +139,7 @@ def synthesize(synopsis: object, n: int, *, rng: RNGLike = None,
                                labels=labels, name=name)
     codes = np.zeros((n, len(attrs)), dtype=np.int64)
     col = {a: i for i, a in enumerate(attrs)}
-    from .applications.association import project_to_simplex
+    from ..applications.association import project_to_simplex
 
     for a, parents in network(synopsis, attrs, int(degree)):
         table = synopsis.marginal([*parents, a])  # type: ignore[attr-defined]

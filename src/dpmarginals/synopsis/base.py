@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import importlib
 import json
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -13,15 +14,17 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .domain import Domain
-from .errors import DPMarginalsError
-from .provenance import NOT_RELEASED, Provenance, warn_if_not_private
-from .table import MarginalTable
+from ..core.domain import Domain
+from ..core.errors import DPMarginalsError
+from ..core.provenance import NOT_RELEASED, Provenance, warn_if_not_private
+from ..core.table import MarginalTable
+from ..inference import ConsistencyWarning, make_consistent
+from ..inference.views import NoisyView
 
-__all__ = ["Synopsis", "UniformSynopsis", "ViewSynopsis", "load_release", "load_synopsis",
+__all__ = ["Synopsis", "UniformSynopsis", "ViewSynopsis", "load_synopsis",
            "maximal_overlaps", "synopsis_from_dict"]
 
-_FORMAT = "dpmarginals.synopsis"
+SYNOPSIS_FORMAT = "dpmarginals.synopsis"
 _KINDS: dict[str, type[Synopsis]] = {}
 
 
@@ -59,7 +62,7 @@ def maximal_overlaps(measured: Sequence[Sequence[str]],
 class Synopsis(ABC):
     """A released summary that answers marginal queries.
 
-    ``provenance`` is its privacy mark (:mod:`dpmarginals.provenance`): None until a
+    ``provenance`` is its privacy mark (:mod:`dpmarginals.core.provenance`): None until a
     release path sets it, and a synopsis without it is saved as not private.  Every
     answer says which attribute sets of the query were measured
     (:attr:`MarginalTable.measured`, from :meth:`measured_sets`).
@@ -103,7 +106,7 @@ class Synopsis(ABC):
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-serialisable form that :func:`synopsis_from_dict` reads back."""
-        return {"format": _FORMAT, "version": 1, "kind": self.kind, "method": self.method,
+        return {"format": SYNOPSIS_FORMAT, "version": 1, "kind": self.kind, "method": self.method,
                 "privacy": self.privacy.to_dict(), "domain": self.domain.to_dict(),
                 **self._payload()}
 
@@ -131,7 +134,7 @@ def _with_measured(marginal: Any) -> Any:
     return tagged
 
 
-def _read_json(path: str | Path) -> Any:
+def read_json(path: str | Path) -> Any:
     try:
         return json.loads(Path(path).read_text())
     except OSError as exc:
@@ -142,35 +145,17 @@ def _read_json(path: str | Path) -> Any:
 
 def load_synopsis(path: str | Path) -> Synopsis:
     """Read a synopsis written by :meth:`Synopsis.save`; warns if it is not private."""
-    body = _read_json(path)
-    if not isinstance(body, dict) or body.get("format") != _FORMAT:
+    body = read_json(path)
+    if not isinstance(body, dict) or body.get("format") != SYNOPSIS_FORMAT:
         raise DPMarginalsError(f"{str(path)!r} is not a dpmarginals synopsis")
     synopsis = synopsis_from_dict(body)
     warn_if_not_private(synopsis.privacy, str(path))
     return synopsis
 
 
-def load_release(path: str | Path) -> Any:
-    """A synopsis, or a central k-tuple release (``dpmarginals central --out``); warns if
-    the file is not private."""
-    body = _read_json(path)
-    if isinstance(body, dict) and body.get("format") == _FORMAT:
-        return load_synopsis(path)
-    from .central.dp_marginals import RELEASE_FORMAT, DPMarginalsResult
-
-    if not isinstance(body, dict) or body.get("format") != RELEASE_FORMAT:
-        raise DPMarginalsError(f"{str(path)!r} is not a dpmarginals release or synopsis")
-    try:
-        result = DPMarginalsResult.from_dict(body)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise DPMarginalsError(f"malformed k-tuple release {str(path)!r}: {exc!r}") from None
-    warn_if_not_private(result.provenance, str(path))
-    return result
-
-
 def synopsis_from_dict(body: Mapping[str, Any]) -> Synopsis:
     """Rebuild a synopsis from :meth:`Synopsis.to_dict` output (any registered kind)."""
-    importlib.import_module(".methods", __package__)  # registers every method's synopsis kind
+    importlib.import_module("dpmarginals.methods")  # registers every method's synopsis kind
     kind = body.get("kind")
     if kind not in _KINDS:
         raise DPMarginalsError(f"synopsis kind {kind!r} is unknown; known: {sorted(_KINDS)}")
@@ -202,9 +187,9 @@ class ViewSynopsis(Synopsis):
     info: dict[str, Any] = field(default_factory=dict)
 
     def marginal(self, attrs: Sequence[str], *, std: bool = False) -> MarginalTable:
-        """``std=True`` also attaches per-cell standard errors (:mod:`dpmarginals.stderr`;
+        """``std=True`` also attaches per-cell standard errors (:mod:`dpmarginals.synopsis.stderr`;
         needs ``info["groups"]``, which ``CALM.run`` records)."""
-        from .inference import max_entropy
+        from ..inference import max_entropy
 
         attrs = check_query(self.domain, attrs)
         query = self.domain.indices(attrs)
@@ -255,3 +240,23 @@ class UniformSynopsis(Synopsis):
     @classmethod
     def _from_payload(cls, domain: Domain, method: str, payload: Mapping[str, Any]) -> Synopsis:
         return cls(domain, method)
+
+
+def consistent_synopsis(
+    domain: Domain, views: list[NoisyView], method: str, info: dict, *, max_rounds: int = 1000
+) -> ViewSynopsis:
+    """Consistency + non-negativity over the noisy views (§4.4), packed as a synopsis.
+
+    The weighted averages use 1/(C_i Var_i): CALM's 1/C_i when every group has the same
+    size and oracle, and the variance-optimal generalisation §4.4 mentions otherwise.
+    """
+    index_views = [(domain.indices(v.attributes), v.table) for v in views]
+    with warnings.catch_warnings():
+        # Non-convergence is reported in ``info`` (consistent=False, the residuals).
+        warnings.simplefilter("ignore", ConsistencyWarning)
+        result = make_consistent(index_views, domain.sizes,
+                                 variances=[v.variance for v in views], max_rounds=max_rounds)
+    info = {**info, "consistency_rounds": result.rounds, "consistent": result.converged,
+            "max_inconsistency": result.max_inconsistency, "min_cell": result.min_cell}
+    out = [(tuple(domain.attributes[i] for i in attrs), table) for attrs, table in result]
+    return ViewSynopsis(domain, out, method, info)

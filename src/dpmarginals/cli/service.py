@@ -1,8 +1,8 @@
 """The ``serve``, ``client`` and ``campaign`` commands of ``dpmarginals``.
 
 ``register(subparsers)`` adds them to the CLI's subparsers; errors a user can cause raise
-:class:`~dpmarginals.errors.DPMarginalsError` (one line from the CLI).  Run stand-alone as
-``python -m dpmarginals.service.command serve ...`` (the tests do).
+:class:`~dpmarginals.core.errors.DPMarginalsError` (one line from the CLI).  Run stand-alone as
+``python -m dpmarginals.cli.service serve ...`` (the tests do).
 
 A new user's session::
 
@@ -21,14 +21,13 @@ import json
 import os
 import socket
 import sys
-from collections.abc import Sequence
 from typing import Any
 
-from ..argtypes import epsilon as _epsilon
-from ..argtypes import positive_int as _positive_int
-from ..errors import DPMarginalsError
+from ..core.errors import DPMarginalsError
+from .argtypes import epsilon as _epsilon
+from .argtypes import positive_int as _positive_int
 
-__all__ = ["main", "register"]
+__all__ = ["register"]
 
 TOKEN_ENV = "DPMARGINALS_ADMIN_TOKEN"
 
@@ -73,7 +72,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     _need_service()
     import uvicorn
 
-    from .app import create_app
+    from ..service.app import create_app
 
     _check_address(args.host, args.port)
     generated = not (args.admin_token or os.environ.get(TOKEN_ENV))
@@ -97,7 +96,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 # -- client -------------------------------------------------------------------------------
 def _cmd_client(args: argparse.Namespace) -> int:
-    from ..client import check_plan, make_reports, play, read_records
+    from ..protocol.client import check_plan, make_reports, play, read_records
 
     if args.max_total_epsilon is not None and args.ledger is None:
         raise DPMarginalsError("--max-total-epsilon needs --ledger FILE")
@@ -130,7 +129,7 @@ def _cmd_client(args: argparse.Namespace) -> int:
 
 def _service_client(args: argparse.Namespace) -> Any:
     """The campaign's client, its plan fetched and compared with ``--plan`` if given."""
-    from ..client import ServiceClient, check_plan
+    from ..protocol.client import ServiceClient, check_plan
 
     if args.campaign is None:
         raise DPMarginalsError("--campaign ID is required with --server")
@@ -147,7 +146,7 @@ def _service_client(args: argparse.Namespace) -> Any:
 
 def _client_device(args: argparse.Namespace) -> int:
     """``--ledger FILE``: the one record of --data as this device's report (ledger kept)."""
-    from ..client import Ledger, check_plan, make_report, read_records
+    from ..protocol.client import Ledger, check_plan, make_report, read_records
 
     ledger = Ledger(args.ledger, max_total_epsilon=args.max_total_epsilon)
 
@@ -198,7 +197,7 @@ def _token(args: argparse.Namespace) -> str:
 
 
 def _build_plan(args: argparse.Namespace) -> Any:
-    from ..client import load_plan
+    from ..protocol.client import load_plan
 
     if args.plan is not None:
         if any(v is not None for v in (args.domain, args.epsilon, args.k, args.n)):
@@ -207,7 +206,7 @@ def _build_plan(args: argparse.Namespace) -> Any:
     missing = [f"--{f}" for f in ("domain", "epsilon", "k", "n") if getattr(args, f) is None]
     if missing:
         raise DPMarginalsError(f"to build a plan give {', '.join(missing)} (or --plan FILE)")
-    from ..domain import Domain
+    from ..core.domain import Domain
     from ..methods import make
 
     params: dict[str, Any] = {"epsilon": args.epsilon, "k": args.k}
@@ -218,7 +217,7 @@ def _build_plan(args: argparse.Namespace) -> Any:
 
 
 def _cmd_campaign_create(args: argparse.Namespace) -> int:
-    from ..client import ServiceClient
+    from ..protocol.client import ServiceClient
 
     plan = _build_plan(args)
     if args.save_plan is not None:
@@ -232,7 +231,7 @@ def _cmd_campaign_create(args: argparse.Namespace) -> int:
 
 
 def _cmd_campaign_status(args: argparse.Namespace) -> int:
-    from ..client import ServiceClient
+    from ..protocol.client import ServiceClient
 
     with ServiceClient(args.server, args.id) as client:
         status = client.status()
@@ -247,7 +246,7 @@ def _cmd_campaign_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_campaign_export(args: argparse.Namespace) -> int:
-    from ..client import ServiceClient
+    from ..protocol.client import ServiceClient
 
     if (args.out is None) == (args.parquet is None):
         raise DPMarginalsError("campaign export: give exactly one of --out FILE (JSON lines) "
@@ -373,14 +372,3 @@ def register(subparsers: Any) -> None:
         return 2
 
     p.set_defaults(func=_campaign_help)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Stand-alone entry point (``python -m dpmarginals.service.command``): the CLI itself."""
-    from ..cli import main as cli_main
-
-    return cli_main(argv)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

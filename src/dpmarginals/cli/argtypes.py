@@ -11,7 +11,7 @@ import argparse
 from collections.abc import Callable
 from typing import NoReturn
 
-from .errors import DPMarginalsError, check_epsilon
+from ..core.errors import DPMarginalsError, check_epsilon
 
 __all__ = ["MAX_EPSILON", "OneLineParser", "epsilon", "number_in", "open_fraction",
            "positive_int", "seed", "validated"]

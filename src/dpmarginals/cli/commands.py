@@ -17,20 +17,20 @@ from typing import Any
 
 import numpy as np
 
+from ..core.errors import DPMarginalsError
+from ..synopsis.stderr import INTERACTION_DECAY, REPLICATES
 from .argtypes import OneLineParser
 from .argtypes import epsilon as _epsilon
 from .argtypes import open_fraction as _fraction
 from .argtypes import positive_int as _positive_int
 from .argtypes import seed as _seed
-from .errors import DPMarginalsError
-from .stderr import INTERACTION_DECAY, REPLICATES
 
 __all__ = ["main"]
 
 
 # -- commands -------------------------------------------------------------------------
 def _cmd_datasets(args: argparse.Namespace) -> int:
-    from .datasets import describe, load
+    from ..datasets import describe, load
 
     if args.export is not None:
         if args.out is None:
@@ -55,7 +55,7 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from .planning import choose_marginals
+    from ..planning.error_model import choose_marginals
 
     if args.workload is not None:
         return _cmd_plan_workload(args)
@@ -79,8 +79,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 def _cmd_plan_workload(args: argparse.Namespace) -> int:
     """Issue #9: the plan with the least predicted error for the workload in a file."""
-    from .domain import Domain
-    from .workload import ORACLE_CANDIDATES, load_workload, plan_workload
+    from ..core.domain import Domain
+    from ..planning.workload import ORACLE_CANDIDATES, load_workload, plan_workload
 
     public = None
     if args.public is not None:
@@ -125,8 +125,8 @@ def _cmd_plan_workload(args: argparse.Namespace) -> int:
 
 
 def _load_data(args: argparse.Namespace) -> Any:
-    from .dataset import Dataset
-    from .datasets import available, load
+    from ..core.dataset import Dataset
+    from ..datasets import available, load
 
     name = args.dataset
     path = Path(name)
@@ -158,10 +158,10 @@ def _method_params(args: argparse.Namespace) -> dict[str, Any]:
 def _cmd_run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from .evaluate import evaluate, random_queries
-    from .methods import make
-    from .provenance import Provenance
-    from .synopsis import UniformSynopsis
+    from ..core.provenance import Provenance
+    from ..methods import make
+    from ..synopsis.base import UniformSynopsis
+    from ..synopsis.evaluate import evaluate, random_queries
 
     if args.out is not None and not args.simulation:
         raise DPMarginalsError(
@@ -229,7 +229,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_query(args: argparse.Namespace) -> int:
-    from .synopsis import load_release
+    from ..private_release import load_release
 
     release = load_release(args.synopsis)
     attrs = [a.strip() for a in args.attributes.split(",") if a.strip()]
@@ -238,12 +238,12 @@ def _cmd_query(args: argparse.Namespace) -> int:
     synopsis = release
     table = synopsis.marginal(attrs)
     if args.std:
-        from .stderr import standard_errors
+        from ..synopsis.stderr import standard_errors
 
         public = None
         if args.public is not None:
-            from .dataset import Dataset
-            from .datasets import available, load
+            from ..core.dataset import Dataset
+            from ..datasets import available, load
 
             if args.public in available():
                 public = load(args.public, d=len(synopsis.domain))
@@ -293,7 +293,7 @@ def _query_tuples(release: Any, attrs: list[str], args: argparse.Namespace) -> i
 
 
 def _cmd_release(args: argparse.Namespace) -> int:
-    from .private_release import release
+    from ..private_release import release
 
     inputs = [Path(p).resolve() for p in (args.data, args.domain) if p is not None]
     if Path(args.out).resolve() in inputs:
@@ -329,7 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
         "privacy (CALM and the methods it is compared with).",
         epilog="Start with `dpmarginals demo`; `dpmarginals COMMAND --help` explains each command.",
     )
-    from . import __version__
+    from .. import __version__
 
     parser.add_argument("--version", action="version", version=f"dpmarginals {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
@@ -344,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "every user's randomness comes from the OS's secure source)")
     p.set_defaults(func=_cmd_demo)
 
-    from .methods import available as _methods
+    from ..methods import available as _methods
 
     methods = ", ".join(_methods())
     p = sub.add_parser("release", help="a private release of a CSV/Parquet table of people",
@@ -459,10 +459,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_cmd_run)
 
-    from .central.command import register as register_central
-    from .engines.command import register as register_engines
-    from .experiments.command import register as register_experiments
-    from .service.command import register as register_service
+    from .central import register as register_central
+    from .engines import register as register_engines
+    from .experiments import register as register_experiments
+    from .service import register as register_service
 
     register_central(sub)
     register_service(sub)

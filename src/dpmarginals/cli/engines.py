@@ -1,7 +1,7 @@
 """The ``dpmarginals estimate`` command: a synopsis from stored reports, on any engine.
 
 ``register(subparsers)`` adds the subcommand to the ``dpmarginals`` parser.  Errors a
-user can cause raise :class:`~dpmarginals.errors.DPMarginalsError` (one line from the
+user can cause raise :class:`~dpmarginals.core.errors.DPMarginalsError` (one line from the
 CLI) or are argparse usage errors (one line as well).
 """
 
@@ -11,9 +11,9 @@ import argparse
 import json
 from typing import Any
 
-from ..argtypes import positive_int as _positive_int
-from ..errors import DPMarginalsError
-from .base import ENGINES
+from ..core.errors import DPMarginalsError
+from ..engines.base import ENGINES
+from .argtypes import positive_int as _positive_int
 
 __all__ = ["register"]
 
@@ -59,9 +59,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def _cmd_estimate(args: argparse.Namespace) -> int:
-    from ..plan import Plan
-    from . import estimate
-    from .parquet import read_manifest, resolve_campaign
+    from ..engines import estimate
+    from ..engines.parquet import read_manifest, resolve_campaign
+    from ..protocol.plan import Plan
 
     remote = "://" in str(args.reports) and not str(args.reports).startswith("file://")
     if remote and args.engine != "spark":
@@ -75,7 +75,7 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
             raise DPMarginalsError(f"{str(campaign_dir)!r} has no _plan.json: pass --plan")
     spark = None
     if args.engine == "spark":
-        from .spark_engine import get_session
+        from ..engines.spark_engine import get_session
 
         spark = get_session(master=args.spark_master)
     elif args.spark_master is not None:

@@ -1,6 +1,6 @@
 """The device's privacy ledger: what this device reported, and how much epsilon it spent.
 
-numpy and the standard library only, like :mod:`dpmarginals.client`, which consults it.
+numpy and the standard library only, like :mod:`dpmarginals.protocol.client`, which consults it.
 One ledger belongs to one device (one user).  It remembers:
 
 * **one report per campaign**: asking again for a campaign gives back the stored report
@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .errors import DPMarginalsError
+from ..core.errors import DPMarginalsError
 
 __all__ = ["LEDGER_FORMAT", "LEDGER_VERSION", "BudgetExceeded", "Ledger", "LedgerError",
            "PlanRefused"]

@@ -1,8 +1,8 @@
 """The ``dpmarginals experiment`` and ``dpmarginals synthesize`` subcommands.
 
 ``register(subparsers)`` adds both to the ``dpmarginals`` parser (the subparsers action of
-:func:`dpmarginals.cli.build_parser`, whose parser class prints one-line errors).  Errors a
-user can cause raise :class:`~dpmarginals.errors.DPMarginalsError`, which the CLI prints as
+:func:`dpmarginals.cli.commands.build_parser`, whose parser class prints one-line errors).  Errors a
+user can cause raise :class:`~dpmarginals.core.errors.DPMarginalsError`, which the CLI prints as
 one line.
 """
 
@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..argtypes import positive_int as _positive_int
-from ..argtypes import seed as _seed
-from ..errors import DPMarginalsError, describe_os_error
+from ..core.errors import DPMarginalsError, describe_os_error
+from .argtypes import positive_int as _positive_int
+from .argtypes import seed as _seed
 
 __all__ = ["register"]
 
@@ -31,8 +31,8 @@ from the rows already written; the same --seed gives the same numbers for any --
 
 
 def _cmd_experiment(args: argparse.Namespace) -> int:
-    from .registry import describe, get
-    from .runner import run_experiment
+    from ..experiments.registry import describe, get
+    from ..experiments.runner import run_experiment
 
     if args.list or args.name is None:
         if args.name is None and not args.list:
@@ -62,8 +62,8 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
 def _cmd_synthesize(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from ..synopsis import load_release
-    from ..synthetic import synthesize
+    from ..private_release import load_release
+    from ..synopsis.synthetic import synthesize
 
     synopsis = load_release(args.synopsis)
     if not hasattr(synopsis, "marginal") or not hasattr(synopsis, "domain"):
@@ -136,12 +136,13 @@ def register(subparsers: Any) -> None:
 
     p = subparsers.add_parser(
         "synthesize", help="sample synthetic records from a saved synopsis",
-        description="Sample N synthetic records from a synopsis saved by `run --out` "
-        "(dpmarginals.synthetic.synthesize): attribute by attribute by the chain rule over a "
-        "Bayesian network whose conditionals are the synopsis's marginals (each attribute "
-        "has up to --degree parents, chosen along the Chow-Liu tree of the synopsis's "
-        "2-way marginals), or from the joint marginal with --degree joint. Post-processing "
-        "only: no privacy budget is spent. Writes integer codes as CSV (or Parquet).")
+        description="Sample N synthetic records from a release (or a simulation saved by "
+        "`run --simulation --out`; dpmarginals.synopsis.synthetic.synthesize): attribute by "
+        "attribute by the chain rule over a Bayesian network whose conditionals are the "
+        "synopsis's marginals (each attribute has up to --degree parents, chosen along the "
+        "Chow-Liu tree of the synopsis's 2-way marginals), or from the joint marginal with "
+        "--degree joint. Post-processing only: no privacy budget is spent. Writes the "
+        "data's own values as CSV (or Parquet), and FILE.privacy.json beside it.")
     p.add_argument("synopsis", help="synopsis JSON file")
     p.add_argument("--n", type=_positive_int, required=True, help="number of records")
     p.add_argument("--simulation", action="store_true",

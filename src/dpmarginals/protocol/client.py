@@ -16,14 +16,14 @@ can ship inside an app.  The flow of one user:
    cell with the group's frequency oracle, drawing from the OS CSPRNG;
 5. ``ServiceClient.send(report)``.  Only the report leaves the device.
 
-With a :class:`~dpmarginals.ledger.Ledger` (``ServiceClient.submit(..., ledger=...)``
+With a :class:`~dpmarginals.protocol.ledger.Ledger` (``ServiceClient.submit(..., ledger=...)``
 or ``make_report(..., ledger=..., campaign=...)``) the device reports once per campaign,
 keeps its group per plan, reuses the memoized randomization of an unchanged value
 (permanent randomized response) and counts the epsilon it spends, up to an optional
 total cap.
 
->>> from dpmarginals.domain import Domain
->>> from dpmarginals.plan import GroupSpec, Plan
+>>> from dpmarginals.core.domain import Domain
+>>> from dpmarginals.protocol.plan import GroupSpec, Plan
 >>> plan = Plan("calm", 1.0, Domain(("sex", "age"), (2, 3)),
 ...             (GroupSpec(("sex", "age"), "oue", 1.0, 6),))
 >>> report = make_report(plan, {"sex": 1, "age": 2}, max_epsilon=1.0)
@@ -32,7 +32,7 @@ total cap.
 >>> make_report(plan, {"sex": 1, "age": 2}, max_epsilon=0.5)
 Traceback (most recent call last):
 ...
-dpmarginals.ledger.PlanRefused: plan refused: epsilon = 1.0 exceeds this device's max_epsilon = 0.5
+dpmarginals.protocol.ledger.PlanRefused: plan refused: epsilon = 1.0 exceeds this device's ...
 
 :func:`make_reports` does the same for many simulated users at once (tests, demos, the
 ``dpmarginals client`` command, which plays every row of a CSV file as one user).
@@ -57,11 +57,11 @@ from urllib.parse import quote, urlencode, urlsplit
 
 import numpy as np
 
-from .errors import DPMarginalsError
+from ..core.errors import DPMarginalsError
+from ..core.randomness import RNGLike, client_rng
+from ..oracles import ORACLES, make_oracle
 from .ledger import BudgetExceeded, Ledger, LedgerError, PlanRefused
-from .oracles import ORACLES, make_oracle
 from .plan import Plan
-from .randomness import RNGLike, client_rng
 from .reports import MAX_BATCH_REPORTS, MAX_GROUP_CELLS, PlanCodec, ReportError
 
 __all__ = [
@@ -208,14 +208,14 @@ def check_plan(plan: Plan | Mapping[str, Any] | str | os.PathLike[str],
     plan's epsilon, or a randomized-response ``params.p`` implying more.  Nothing random is
     drawn here.
 
-    >>> from dpmarginals.domain import Domain
-    >>> from dpmarginals.plan import GroupSpec, Plan
+    >>> from dpmarginals.core.domain import Domain
+    >>> from dpmarginals.protocol.plan import GroupSpec, Plan
     >>> dom = Domain(("a", "b"), (2, 3))
     >>> bad = Plan("calm", 1.0, dom, (GroupSpec(("a", "b"), "grr", 20.0, 6),))
     >>> check_plan(bad, max_epsilon=1.0)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    dpmarginals.ledger.PlanRefused: plan refused: groups[0].epsilon = 20.0 differs from ...
+    dpmarginals.protocol.ledger.PlanRefused: plan refused: groups[0].epsilon = 20.0 differs from ...
     """
     cap = _device_cap(max_epsilon)
     out = _plan_source(plan)

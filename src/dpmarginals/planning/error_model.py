@@ -32,7 +32,7 @@ choice is marked "Algorithm 1 note" in the code):
 3. The prose says ``k * NE < theta``, the pseudocode ``<=``: we follow the pseudocode.
 4. ``CoverDesign`` is "the number of l-way marginals that can fully include all k-way
    marginals".  We use the size of the covering we actually deploy
-   (:func:`dpmarginals.covering.covering_size`), which is the covering number in the
+   (:func:`dpmarginals.planning.covering.covering_size`), which is the covering number in the
    cases the paper uses (C(8,3,3) = 56, C(8,4,3) = 14) and an upper bound elsewhere.
 5. Lines 6 and 11 return ``m = min(m_u, C(d, l_u))`` also when ``l_u >= k``, and then
    m need not be a covering size: with l = k and ``m < C(d, k)`` (e.g. n = 2^16, d = 16,
@@ -61,6 +61,9 @@ from fractions import Fraction
 
 import numpy as np
 
+from ..core.errors import DPMarginalsError, check_epsilon, check_positive_int
+from ..core.randomness import RNGLike
+from ..oracles import grr_beats_oue
 from .covering import (
     _block_ranks,
     _relabel,
@@ -69,9 +72,6 @@ from .covering import (
     cover_design,
     covering_size,
 )
-from .errors import DPMarginalsError, check_epsilon, check_positive_int
-from .oracles import grr_beats_oue
-from .randomness import RNGLike
 
 __all__ = [
     "MarginalChoice",
@@ -304,10 +304,10 @@ def select_marginals(
 ) -> list[tuple[int, ...]]:
     """The m attribute sets (l-subsets of ``range(d)``) for a plan with (l, m).
 
-    * ``l < k``: :func:`~dpmarginals.covering.balanced_subsets` -- every attribute in
+    * ``l < k``: :func:`~dpmarginals.planning.covering.balanced_subsets` -- every attribute in
       about ``m l / d`` sets, pairs spread.
     * ``l >= k`` and m equal to the covering size: the covering design
-      (:func:`~dpmarginals.covering.cover_design`), so every k-way marginal lies in one.
+      (:func:`~dpmarginals.planning.covering.cover_design`), so every k-way marginal lies in one.
     * ``l >= k`` and m larger (Algorithm 1 line 11 can return ``min(m_u, C(d, l))``): the
       covering plus ``m - size`` further distinct l-sets, chosen to balance attributes.
     * ``l >= k`` and m smaller: m blocks of the covering picked greedily to cover the most

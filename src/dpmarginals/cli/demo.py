@@ -6,9 +6,9 @@ import time
 
 import numpy as np
 
-from .evaluate import evaluate, random_queries
-from .local.calm import CALM
-from .synopsis import UniformSynopsis
+from ..local.calm import CALM
+from ..synopsis.base import UniformSynopsis
+from ..synopsis.evaluate import evaluate, random_queries
 
 __all__ = ["run_demo"]
 
@@ -20,7 +20,7 @@ def run_demo(*, epsilon: float = 1.0, k: int = 2, seed: int | None = None,
     Without ``seed`` the users' randomness comes from the OS's secure source, as it
     would on real devices; with a seed the run is a reproducible simulation.
     """
-    from .datasets import BUILTIN, load
+    from ..datasets import BUILTIN, load
 
     data = load(BUILTIN)
     method = CALM(epsilon=epsilon, k=k, per_user=True)

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .dataset import Dataset
-from .domain import Domain
-from .errors import DPMarginalsError
-from .randomness import RNGLike, simulation_rng
-from .synopsis import Synopsis, check_query
+from ..core.dataset import Dataset
+from ..core.domain import Domain
+from ..core.errors import DPMarginalsError
+from ..core.randomness import RNGLike, simulation_rng
+from .base import Synopsis, check_query
 
 __all__ = ["QueryErrors", "evaluate", "random_queries"]
 

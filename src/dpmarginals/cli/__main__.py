@@ -1,0 +1,5 @@
+"""``python -m dpmarginals.cli``."""
+
+from .commands import main
+
+raise SystemExit(main())

@@ -1,0 +1,71 @@
+"""Issue #16: the package layout follows the spine, with no import cycle between packages."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PACKAGE = SRC / "dpmarginals"
+
+
+def _imports(path: Path) -> set[str]:
+    """Every dpmarginals module ``path`` imports, at any depth (lazy imports included)."""
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    package = parts if parts[-1] == "__init__" else parts[:-1]
+    package = [p for p in package if p != "__init__"]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                found.add(".".join(base + ([node.module] if node.module else [])))
+            elif (node.module or "").startswith("dpmarginals"):
+                found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("dpmarginals")}
+    return found
+
+
+def package_graph() -> dict[str, set[str]]:
+    """Top-level package -> the top-level packages it imports (modules at the top: skipped)."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE).parts
+        if len(rel) < 2:
+            continue  # dpmarginals/__init__.py, methods.py, private_release.py sit above all
+        for target in _imports(path):
+            parts = target.split(".")
+            if len(parts) > 1 and (PACKAGE / parts[1]).is_dir() and parts[1] != rel[0]:
+                graph[rel[0]].add(parts[1])
+    return graph
+
+
+def test_no_import_cycle_between_packages():
+    graph = package_graph()
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            assert state.get(nxt) != 1, f"import cycle: {' -> '.join([*path, nxt])}"
+            if nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+
+
+def test_the_client_needs_only_numpy_and_the_standard_library():
+    code = ("import sys, dpmarginals.protocol.client, dpmarginals.protocol.ledger; "
+            "heavy = {'pandas', 'scipy', 'fastapi', 'duckdb', 'pyarrow', 'opendp', 'jax', "
+            "'matplotlib', 'statsmodels', 'pyspark', 'mbi', 'tqdm'}; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "[]", out
