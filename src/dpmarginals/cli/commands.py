@@ -268,7 +268,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
     else:
         if basis:
             print(f"# {basis}")
-        print(frame.to_string(index=False))
+        print(frame.to_string(index=False, float_format=lambda x: f"{x:.6f}"))
     return 0
 
 
