@@ -55,6 +55,7 @@ import numpy as np
 
 from ..core.errors import DPMarginalsError
 from ..oracles import FrequencyOracle, make_oracle
+from .counts import Counts
 from .plan import Plan
 
 __all__ = [
@@ -381,14 +382,13 @@ class PlanCodec:
         """The JSON report of a stored (report id, group, row)."""
         return self.report(group, self.groups[group].payload_of_row(row), report_id.hex())
 
-    def empty_counts(self) -> tuple[list[np.ndarray], np.ndarray]:
-        return ([np.zeros(s.cells, dtype=np.int64) for s in self.plan.groups],
-                np.zeros(self.m, dtype=np.int64))
+    def empty_counts(self) -> Counts:
+        return Counts.zeros([s.cells for s in self.plan.groups])
 
 
 def support_counts(
     plan: Plan | PlanCodec, reports: Iterable[Mapping[str, Any]] | Sequence[Mapping[str, Any]]
-) -> tuple[list[np.ndarray], np.ndarray]:
+) -> Counts:
     """Support counts per group and users per group of JSON reports (validated).
 
     Raises :class:`ReportError` on an invalid report or a repeated report id.
@@ -399,4 +399,4 @@ def support_counts(
     for g, n, support in codec.tally(decoded):
         supports[g] = supports[g] + support
         users[g] += n
-    return supports, users
+    return Counts(supports, users)
