@@ -200,15 +200,15 @@ class Aggregator:
         with self._lock:
             lock = self._synopsis_locks.setdefault(campaign.name, threading.Lock())
         with lock:
-            supports, users = self.store.counts(campaign)
-            total = int(users.sum())
+            counts = self.store.counts(campaign)
+            total = counts.n
             cached = self._synopses.get(campaign.name)
             if cached is not None and cached[0] == total:
                 return cached[1], total
             if total == 0:
                 raise ServiceError(409, "no_reports", f"campaign {campaign.name!r} has no "
                                    "reports yet")
-            synopsis = synopsis_from_counts(campaign.plan, supports, users)
+            synopsis = synopsis_from_counts(campaign.plan, counts)
             self._synopses[campaign.name] = (total, synopsis)
             return synopsis, total
 
