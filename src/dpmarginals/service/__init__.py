@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..core.domain import Domain
 from ..core.errors import DPMarginalsError
 from ..protocol.counts import Counts
 from ..protocol.plan import Plan
@@ -23,7 +24,15 @@ from ..protocol.plan import Plan
 if TYPE_CHECKING:
     from ..synopsis.base import Synopsis
 
-__all__ = ["synopsis_from_counts", "synopsis_from_reports"]
+__all__ = ["answer_domain", "synopsis_from_counts", "synopsis_from_reports"]
+
+
+def answer_domain(plan: Plan) -> Domain:
+    """The domain a plan's synopsis answers over: the plan's, or for a plan over an
+    encoding of the users' records (BE: ``params["encoded_from"]``) the original one."""
+    if "encoded_from" in plan.params:
+        return Domain.from_dict(plan.params["encoded_from"])
+    return plan.domain
 
 
 def synopsis_from_counts(

@@ -45,7 +45,7 @@ from .. import __version__
 from ..core.errors import DPMarginalsError
 from ..protocol.plan import Plan
 from ..protocol.reports import BATCH_SCHEMA, MAX_BATCH_REPORTS, REPORT_SCHEMA, ReportError
-from . import synopsis_from_counts
+from . import answer_domain, synopsis_from_counts
 from .store import Campaign, Store, StoreError, open_store
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "ServiceError", "create_app"]
@@ -456,7 +456,8 @@ def create_app(
             raise ServiceError(422, "invalid_request", "attributes names no attribute")
         from ..synopsis.base import check_query
 
-        cells = found.plan.domain.project(check_query(found.plan.domain, attrs)).cells()
+        domain = answer_domain(found.plan)
+        cells = domain.project(check_query(domain, attrs)).cells()
         if cells > MAX_ANSWER_CELLS:  # (unknown/repeated attributes: 422 above)
             raise ServiceError(422, "invalid_request", f"the marginal over {attrs} has "
                                f"{cells:,} cells; the service answers at most "
