@@ -214,10 +214,16 @@ class Aggregator:
 
 
 def _shuffle(items: list[int]) -> None:
-    """Fisher-Yates with OS entropy."""
-    for i in range(len(items) - 1, 0, -1):
-        j = secrets.randbelow(i + 1)
-        items[i], items[j] = items[j], items[i]
+    """A uniformly random order from OS entropy, in place: sort by 64-bit random keys
+    (drawn again in the rare case two are equal, so every order is equally likely)."""
+    if len(items) < 2:
+        return
+    arr = np.asarray(items, dtype=np.int64)
+    while True:
+        keys = np.frombuffer(os.urandom(8 * arr.size), dtype=np.uint64)
+        if np.unique(keys).size == keys.size:
+            items[:] = arr[np.argsort(keys)].tolist()
+            return
 
 
 def _finite(text: str) -> float:
