@@ -25,7 +25,7 @@ from .local.cormode import BASELINES
 from .protocol.plan import Plan
 from .synopsis.base import Synopsis, UniformSynopsis
 
-__all__ = ["Method", "Uniform", "available", "make"]
+__all__ = ["Method", "Uniform", "available", "for_plan", "make"]
 
 
 class Method(Protocol):
@@ -77,3 +77,29 @@ def make(name: str, **params: Any) -> Method:
         return _REGISTRY[key](**params)
     except TypeError as exc:
         raise DPMarginalsError(f"method {name!r}: {exc}") from None
+
+
+def for_plan(plan: Plan, **options: Any) -> Any:
+    """The method that made ``plan``, ready to ``release(plan, counts)`` its reports.
+
+    Built by :func:`make` from the plan's method, epsilon and ``k``; ``options`` (e.g.
+    ``max_rounds``, ``postprocess``) are passed on where the method takes them.  A method
+    whose reports cannot be released from counts is a clear error.
+    """
+    import dataclasses
+
+    key = plan.method.lower().replace("-", "_")
+    if key not in _REGISTRY:
+        raise DPMarginalsError(f"the plan's method {plan.method!r} is unknown; available: "
+                               f"{', '.join(available())}")
+    cls = _REGISTRY[key]
+    fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+    params: dict[str, Any] = {"epsilon": plan.epsilon}
+    if "k" in fields and plan.params.get("k") is not None:
+        params["k"] = plan.params["k"]
+    params.update({k: v for k, v in options.items() if k in fields})
+    method = make(key, **params)
+    if not callable(getattr(method, "release", None)):
+        raise DPMarginalsError(f"method {plan.method!r} cannot be released from report counts "
+                               "yet: its users do not report marginals through an oracle")
+    return method

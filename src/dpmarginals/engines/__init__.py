@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+import numpy as np  # noqa: F401 (the module doctest uses it)
 
 from ..core.errors import DPMarginalsError
 from ..protocol.plan import Plan
@@ -107,20 +107,20 @@ def estimate(
     threads: int | None = None,
     max_rounds: int = 1000,
 ) -> Any:
-    """Count, unbias, make consistent: the synopsis of a campaign's reports.
+    """Count, then the plan's method's own release: the synopsis of a campaign's reports.
 
-    The same pipeline as the collection service's (``synopsis_from_counts``): groups
-    without reports are left out.  ``synopsis.info`` records the engine and its seconds.
+    The same pipeline as the collection service's (``synopsis_from_counts``).
+    ``synopsis.info`` records the engine and its seconds.
     """
     from ..service import synopsis_from_counts
 
     start = time.perf_counter()
-    supports, users = count_supports(plan, reports, engine, campaign=campaign, spark=spark,
-                                     threads=threads)
+    counts = count_supports(plan, reports, engine, campaign=campaign, spark=spark,
+                            threads=threads)
     counted = time.perf_counter()
-    synopsis = synopsis_from_counts(plan, supports, users, max_rounds=max_rounds)
+    synopsis = synopsis_from_counts(plan, counts, max_rounds=max_rounds)
     synopsis.info["engine"] = engine
-    synopsis.info["reports_per_group"] = [int(u) for u in np.asarray(users)]
+    synopsis.info["reports_per_group"] = [int(u) for u in counts.users]
     synopsis.info["stage_seconds"] = {"count": counted - start,
                                       "estimate": time.perf_counter() - counted}
     return synopsis

@@ -33,6 +33,7 @@ import numpy as np
 
 from ..core.errors import DPMarginalsError
 from ..oracles import FrequencyOracle, fwht, make_oracle
+from ..protocol.counts import Counts
 from ..protocol.plan import Plan
 
 __all__ = [
@@ -54,9 +55,6 @@ PRIME = (1 << 31) - 1
 OLH_ALL, OLH_INVALID = -1, -2  # sentinel "values" of the OLH join: every report, bad ones
 LANE = (1 << 32) | 1  # (word >> t) & LANE: bit t in the low 32-bit lane, bit t + 32 high
 
-Counts = tuple[list[np.ndarray], np.ndarray]
-"""``(supports, users)``: support counts per group (int64, length ``cells``) and reports
-per group -- what :func:`dpmarginals.local.collect.estimate_views` takes."""
 
 
 def check_engine(engine: str) -> str:
@@ -160,8 +158,7 @@ def finish_lanes(oracle: FrequencyOracle, g: int, lanes: np.ndarray, users: int,
 
 
 def empty_counts(plan: Plan) -> Counts:
-    return ([np.zeros(s.cells, dtype=np.int64) for s in plan.groups],
-            np.zeros(plan.m, dtype=np.int64))
+    return Counts.zeros([s.cells for s in plan.groups])
 
 
 # -- contribution bounding for the central-DP extraction on SQL engines -------------------

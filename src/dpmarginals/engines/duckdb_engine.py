@@ -132,7 +132,7 @@ class DuckDBEngine:
                     supports[g], users[g] = finish_lanes(oracles[g], g, lanes,
                                                          int(part["n"][0]),
                                                          int(part["nulls"][0]))
-        return supports, users
+        return Counts(supports, users)
 
     # -- queries ----------------------------------------------------------------------
     def _fetch(self, sql: str) -> dict[str, np.ndarray]:

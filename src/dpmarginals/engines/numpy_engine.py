@@ -55,7 +55,7 @@ def count_arrays(plan: Plan, reports: Sequence[Any] | Mapping[int, Any]) -> Coun
         except DPMarginalsError as exc:
             raise DPMarginalsError(f"group {int(g)}: {exc}") from None
         users[int(g)] += len(arr)
-    return supports, users
+    return Counts(supports, users)
 
 
 def count_parquet(plan: Plan, campaign_dir: str | Path, *, batch_rows: int = BATCH_ROWS
@@ -84,4 +84,4 @@ def count_parquet(plan: Plan, campaign_dir: str | Path, *, batch_rows: int = BAT
                 except DPMarginalsError as exc:
                     raise DPMarginalsError(f"group {g}, {Path(path).name}: {exc}") from None
                 users[g] += batch.num_rows
-    return supports, users
+    return Counts(supports, users)

@@ -270,7 +270,7 @@ class SparkEngine:
                     supports[g], users[g] = finish_olh(oracles[g], g, part["v"], part["count"])
                 elif at.any():
                     supports[g], users[g] = self._finish_words(oracles[g], g, part, width)
-        return supports, users
+        return Counts(supports, users)
 
     def _check_remote_manifest(self, base: str, plan: Plan) -> None:
         try:

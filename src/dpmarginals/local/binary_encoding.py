@@ -213,13 +213,25 @@ class BE:
         return Plan(self.name, self.epsilon, enc.binary_domain, inner.groups, params)
 
     def run(self, data: Dataset, *, rng: RNGLike = None) -> EncodedSynopsis:
+        from .collect import group_supports
+
         check_k(self.k, data.d)
         enc = BinaryEncoding(data.domain)
         plan = self.plan(data.domain, data.n)
-        inner = self._inner(enc).run(enc.encode(data), rng=rng)
-        info = {**getattr(inner, "info", {}), "plan_hash": plan.hash,
-                **{k: v for k, v in plan.params.items() if k != "encoded_from"}}
-        return EncodedSynopsis(data.domain, inner, self.name, info)
+        counts = group_supports(enc.encode(data), plan, rng=rng, per_user=self.per_user)
+        return self.release(plan, counts)
+
+    def release(self, plan: Plan, counts: Any) -> EncodedSynopsis:
+        """CALM's release of the encoded collection's counts, answering over the original
+        domain (``plan.params["encoded_from"]``)."""
+        domain = Domain.from_dict(plan.params["encoded_from"])
+        enc = BinaryEncoding(domain)
+        params = {k: v for k, v in plan.params.items() if k != "encoded_from"}
+        inner_plan = Plan("calm", plan.epsilon, plan.domain, plan.groups,
+                          {**params, "k": enc.k_bits(self.k)})
+        inner = self._inner(enc).release(inner_plan, counts)
+        info = {**getattr(inner, "info", {}), "plan_hash": plan.hash, **params}
+        return EncodedSynopsis(domain, inner, self.name, info)
 
     def output_distribution(self, domain: Domain, n: int) -> np.ndarray:
         """P[(group, report) | record] for every record of ``domain`` (rows: cells in C

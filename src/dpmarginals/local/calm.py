@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
-from typing import ClassVar
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
 
 from ..core.dataset import Dataset
 from ..core.domain import Domain
@@ -38,7 +38,7 @@ from ..planning.error_model import (
 from ..protocol.plan import GroupSpec, Plan, attribute_names
 from ..synopsis.base import Synopsis, consistent_synopsis
 from ..synopsis.stderr import collection_info
-from .collect import collect
+from .collect import Counts, estimate_views, group_supports
 
 __all__ = ["CALM", "group_specs"]
 
@@ -138,19 +138,37 @@ class CALM:
         clock = time.perf_counter()
         plan = self.plan(data.domain, data.n)
         planned = time.perf_counter()
-        views = collect(data, plan, rng=rng, per_user=self.per_user)
+        counts = group_supports(data, plan, rng=rng, per_user=self.per_user)
         collected = time.perf_counter()
-        synopsis = self.release(plan, views, data.n)
+        synopsis = self.release(plan, counts)
         synopsis.info["stage_seconds"] = {"plan": planned - clock, "collect": collected - planned,
                                           self.inference: time.perf_counter() - collected}
         return synopsis
 
-    def release(self, plan: Plan, views: list[NoisyView], n: int) -> Synopsis:
-        """The synopsis of ``plan``'s collected ``views`` (n users in all) by this
-        inference; reports collected once can be released by either inference."""
-        info = {"plan_hash": plan.hash, **plan.params, "n": n,
-                "oracles": sorted({g.oracle for g in plan.groups}),
-                **collection_info(plan, views)}  # what standard errors need (issue #9)
+    def release(self, plan: Plan, counts: Counts | list[NoisyView], n: int | None = None
+                ) -> Synopsis:
+        """The synopsis of ``plan``'s collected reports by this inference; reports
+        collected once can be released by either inference.
+
+        ``counts``: the collection's :class:`~dpmarginals.protocol.counts.Counts` (groups
+        without reports are left out: their marginals are answered by maximum entropy from
+        the others), or the unbiased ``views`` already estimated (with ``n``, the users)."""
+        info: dict[str, Any] = {"plan_hash": plan.hash, **plan.params}
+        if isinstance(counts, Counts):
+            counts.check([g.cells for g in plan.groups])
+            keep = [g for g in range(plan.m) if counts.users[g] > 0]
+            if not keep:
+                raise DPMarginalsError("no reports yet: every group is empty")
+            n = counts.n
+            info["groups_reporting"] = len(keep)
+            plan = replace(plan, groups=tuple(plan.groups[g] for g in keep))
+            views = estimate_views(plan, counts.subset(keep))
+        else:
+            views = list(counts)
+            if n is None:
+                n = int(sum(v.users for v in views))
+        info.update({"n": n, "oracles": sorted({g.oracle for g in plan.groups}),
+                     **collection_info(plan, views)})  # what standard errors need (issue #9)
         if self.inference == "pgm":
             from .calm_pgm import pgm_options, pgm_synopsis
 

@@ -22,9 +22,10 @@ from ..core.errors import DPMarginalsError
 from ..core.randomness import RNGLike, client_rng, simulation_rng
 from ..inference.views import NoisyView
 from ..oracles import make_oracle
+from ..protocol.counts import Counts
 from ..protocol.plan import Plan
 
-__all__ = ["assign_groups", "collect", "estimate_views", "group_supports"]
+__all__ = ["Counts", "assign_groups", "collect", "estimate_views", "group_supports"]
 
 
 def assign_groups(n: int, m: int, *, rng: RNGLike = None) -> np.ndarray:
@@ -40,8 +41,9 @@ def assign_groups(n: int, m: int, *, rng: RNGLike = None) -> np.ndarray:
 
 def group_supports(
     data: Dataset, plan: Plan, *, rng: RNGLike = None, per_user: bool = False
-) -> tuple[list[np.ndarray], np.ndarray]:
-    """Support counts per group (list of 1-D arrays) and the group sizes."""
+) -> Counts:
+    """The :class:`~dpmarginals.protocol.counts.Counts` of ``plan``'s collection with every
+    row of ``data`` as one user: support counts per group and the group sizes."""
     if data.domain != plan.domain:
         missing = [a for a in plan.domain.attributes if a not in data.domain]
         if missing:
@@ -63,11 +65,16 @@ def group_supports(
         else:
             true_counts = np.bincount(cells, minlength=spec.cells)
             supports.append(np.asarray(oracle.sample_support(true_counts, rng=sim)))
-    return supports, np.diff(bounds)
+    return Counts(supports, np.diff(bounds))
 
 
-def estimate_views(plan: Plan, supports: list[np.ndarray], users: np.ndarray) -> list[NoisyView]:
-    """Unbias each group's support counts into a noisy marginal (CALM §4.2 step 2)."""
+def estimate_views(plan: Plan, supports: list[np.ndarray] | Counts,
+                   users: np.ndarray | None = None) -> list[NoisyView]:
+    """Unbias each group's support counts into a noisy marginal (CALM §4.2 step 2).
+
+    ``estimate_views(plan, counts)`` or ``estimate_views(plan, supports, users)``."""
+    if isinstance(supports, Counts):
+        supports, users = supports
     views = []
     for spec, support, n_g in zip(plan.groups, supports, users, strict=True):
         oracle = make_oracle(spec.oracle, spec.epsilon, spec.cells)
@@ -81,5 +88,4 @@ def collect(
     data: Dataset, plan: Plan, *, rng: RNGLike = None, per_user: bool = False
 ) -> list[NoisyView]:
     """Run the whole collection of ``plan`` with every row of ``data`` as one user."""
-    supports, users = group_supports(data, plan, rng=rng, per_user=per_user)
-    return estimate_views(plan, supports, users)
+    return estimate_views(plan, group_supports(data, plan, rng=rng, per_user=per_user))

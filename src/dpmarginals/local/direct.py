@@ -50,7 +50,7 @@ from ..inference.views import NoisyView
 from ..oracles import ORACLES, adaptive_oracle, best_oracle, make_oracle
 from ..protocol.plan import GroupSpec, Plan
 from ..synopsis.base import Synopsis, check_query
-from .collect import collect
+from .collect import Counts, estimate_views, group_supports
 
 __all__ = [
     "AM",
@@ -259,6 +259,18 @@ def release_views(domain: Domain, plan: Plan, views: Sequence[NoisyView], method
                              [v.variance for v in views], method, info, postprocess)
 
 
+def reported_views(plan: Plan, counts: Counts) -> list[NoisyView]:
+    """Every group's unbiased view; a group without reports is an error (these methods
+    answer a query from the views that contain it, so none may be missing)."""
+    counts.check([g.cells for g in plan.groups])
+    empty = [g for g in range(plan.m) if counts.users[g] <= 0]
+    if empty:
+        raise DPMarginalsError(f"{plan.method}: {len(empty)} of the plan's {plan.m} groups have "
+                               f"no reports yet (group {empty[0]} first); every group must "
+                               "report before the release")
+    return estimate_views(plan, counts)
+
+
 def check_view_inference(method: Any) -> None:
     """Validate ``method.inference``; fail before collecting when 'pgm' lacks its extra."""
     check_choice(method.inference, "inference", VIEW_INFERENCE)
@@ -344,9 +356,13 @@ class FC:
 
     def run(self, data: Dataset, *, rng: RNGLike = None) -> FullTableSynopsis:
         plan = self.plan(data.domain, data.n)
-        (view,) = collect(data, plan, rng=rng, per_user=self.per_user)
+        return self.release(plan, group_supports(data, plan, rng=rng, per_user=self.per_user))
+
+    def release(self, plan: Plan, counts: Counts) -> FullTableSynopsis:
+        """The full table unbiased from the collection's counts (then ``postprocess``)."""
+        (view,) = reported_views(plan, counts)
         info = {"plan_hash": plan.hash, **plan.params}
-        return FullTableSynopsis(data.domain, view.table, self.name, info, self.postprocess)
+        return FullTableSynopsis(plan.domain, view.table, self.name, info, self.postprocess)
 
 
 # -- AM --------------------------------------------------------------------------------------
@@ -414,6 +430,10 @@ class AM:
 
     def run(self, data: Dataset, *, rng: RNGLike = None) -> Synopsis:
         plan = self.plan(data.domain, data.n)
-        views = collect(data, plan, rng=rng, per_user=self.per_user)
-        return release_views(data.domain, plan, views, self.name, self.postprocess,
-                             self.inference)
+        return self.release(plan, group_supports(data, plan, rng=rng, per_user=self.per_user))
+
+    def release(self, plan: Plan, counts: Counts) -> Synopsis:
+        """The k-way marginals unbiased from the collection's counts, released by
+        ``inference``."""
+        return release_views(plan.domain, plan, reported_views(plan, counts), self.name,
+                             self.postprocess, self.inference)

@@ -12,50 +12,52 @@ turns support counts into a synopsis, shared by the server and the in-process ch
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..core.domain import Domain
 from ..core.errors import DPMarginalsError
+from ..protocol.counts import Counts
 from ..protocol.plan import Plan
 
 if TYPE_CHECKING:
-    from ..synopsis.base import ViewSynopsis
+    from ..synopsis.base import Synopsis
 
-__all__ = ["synopsis_from_counts", "synopsis_from_reports"]
+__all__ = ["answer_domain", "synopsis_from_counts", "synopsis_from_reports"]
+
+
+def answer_domain(plan: Plan) -> Domain:
+    """The domain a plan's synopsis answers over: the plan's, or for a plan over an
+    encoding of the users' records (BE: ``params["encoded_from"]``) the original one."""
+    if "encoded_from" in plan.params:
+        return Domain.from_dict(plan.params["encoded_from"])
+    return plan.domain
 
 
 def synopsis_from_counts(
-    plan: Plan, supports: Sequence[np.ndarray], users: Sequence[int] | np.ndarray,
-    *, max_rounds: int = 1000,
-) -> ViewSynopsis:
-    """Support counts per (group, cell) -> unbiased views -> consistent synopsis (CALM §4.2-4.4).
+    plan: Plan, counts: Counts | Sequence[np.ndarray],
+    users: Sequence[int] | np.ndarray | None = None, *, max_rounds: int = 1000,
+) -> Synopsis:
+    """Report counts -> the plan's method's own release (``method.release(plan, counts)``).
 
-    Groups without reports are left out (their marginals are then answered by maximum
-    entropy from the others).  The pipeline is CALM's (``estimate_views`` then
-    ``consistent_synopsis``), whatever ``plan.method`` is.
+    ``synopsis_from_counts(plan, counts)`` or ``(plan, supports, users)``.  The method is
+    the plan's (:func:`dpmarginals.methods.for_plan`): CALM drops groups without reports
+    (their marginals are then answered by maximum entropy from the others), the methods
+    that answer from their own views (FC, AM, ...) need every group.  The synopsis is
+    marked private, made on the clients' devices.
     """
     from ..core.provenance import Provenance
-    from ..local.collect import estimate_views
-    from ..synopsis.base import consistent_synopsis
-    from ..synopsis.stderr import collection_info
+    from ..methods import for_plan
 
-    users = np.asarray(users, dtype=np.int64)
-    if len(supports) != plan.m or users.shape != (plan.m,):
-        raise DPMarginalsError(f"expected counts for the plan's {plan.m} groups, got "
-                               f"{len(supports)} supports and users of shape {users.shape}")
-    keep = [g for g in range(plan.m) if users[g] > 0]
-    if not keep:
+    if not isinstance(counts, Counts):
+        counts = Counts(list(counts), users if users is not None else [])
+    counts.check([g.cells for g in plan.groups])
+    if counts.n == 0:
         raise DPMarginalsError("no reports yet: every group is empty")
-    sub = replace(plan, groups=tuple(plan.groups[g] for g in keep))
-    views = estimate_views(sub, [np.asarray(supports[g]) for g in keep], users[keep])
-    info: dict[str, Any] = {"plan_hash": plan.hash, **plan.params, "n": int(users.sum()),
-                            "groups_reporting": len(keep),
-                            "oracles": sorted({g.oracle for g in plan.groups}),
-                            **collection_info(sub, views)}  # for standard errors
-    synopsis = consistent_synopsis(plan.domain, views, plan.method, info,
-                                   max_rounds=max_rounds)
+    synopsis = for_plan(plan, max_rounds=max_rounds).release(plan, counts)
+    synopsis.info.setdefault("n", counts.n)
+    synopsis.info.setdefault("groups_reporting", int((counts.users > 0).sum()))
     synopsis.provenance = Provenance(
         True, "local", plan.method, plan.epsilon, plan_hash=plan.hash,
         unit="one device: each report is one device's record, randomized on the device",
@@ -66,7 +68,7 @@ def synopsis_from_counts(
 
 def synopsis_from_reports(
     plan: Plan, reports: Iterable[Mapping[str, Any]], *, max_rounds: int = 1000
-) -> ViewSynopsis:
+) -> Synopsis:
     """The in-process release from JSON reports: validate, count, then as the server does.
 
     >>> from dpmarginals.core.domain import Domain
@@ -80,5 +82,4 @@ def synopsis_from_reports(
     """
     from ..protocol.reports import support_counts
 
-    supports, users = support_counts(plan, reports)
-    return synopsis_from_counts(plan, supports, users, max_rounds=max_rounds)
+    return synopsis_from_counts(plan, support_counts(plan, reports), max_rounds=max_rounds)

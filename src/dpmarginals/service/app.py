@@ -37,6 +37,7 @@ import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Annotated, Any, Literal
 
 import numpy as np
@@ -45,7 +46,7 @@ from .. import __version__
 from ..core.errors import DPMarginalsError
 from ..protocol.plan import Plan
 from ..protocol.reports import BATCH_SCHEMA, MAX_BATCH_REPORTS, REPORT_SCHEMA, ReportError
-from . import synopsis_from_counts
+from . import answer_domain, synopsis_from_counts
 from .store import Campaign, Store, StoreError, open_store
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "ServiceError", "create_app"]
@@ -200,24 +201,30 @@ class Aggregator:
         with self._lock:
             lock = self._synopsis_locks.setdefault(campaign.name, threading.Lock())
         with lock:
-            supports, users = self.store.counts(campaign)
-            total = int(users.sum())
+            counts = self.store.counts(campaign)
+            total = counts.n
             cached = self._synopses.get(campaign.name)
             if cached is not None and cached[0] == total:
                 return cached[1], total
             if total == 0:
                 raise ServiceError(409, "no_reports", f"campaign {campaign.name!r} has no "
                                    "reports yet")
-            synopsis = synopsis_from_counts(campaign.plan, supports, users)
+            synopsis = synopsis_from_counts(campaign.plan, counts)
             self._synopses[campaign.name] = (total, synopsis)
             return synopsis, total
 
 
 def _shuffle(items: list[int]) -> None:
-    """Fisher-Yates with OS entropy."""
-    for i in range(len(items) - 1, 0, -1):
-        j = secrets.randbelow(i + 1)
-        items[i], items[j] = items[j], items[i]
+    """A uniformly random order from OS entropy, in place: sort by 64-bit random keys
+    (drawn again in the rare case two are equal, so every order is equally likely)."""
+    if len(items) < 2:
+        return
+    arr = np.asarray(items, dtype=np.int64)
+    while True:
+        keys = np.frombuffer(os.urandom(8 * arr.size), dtype=np.uint64)
+        if np.unique(keys).size == keys.size:
+            items[:] = arr[np.argsort(keys)].tolist()
+            return
 
 
 def _finite(text: str) -> float:
@@ -268,6 +275,43 @@ def create_app(
     None, ``$DPMARGINALS_ADMIN_TOKEN`` or else a random token (``app.state.admin_token``).
     A store given by path or URL is opened here and closed when the app shuts down.
     """
+    fa = _fastapi()
+    owned = not isinstance(store, Store)
+    spec = store if store is not None else Path("dpmarginals.db")
+    the_store = open_store(spec, synchronous=synchronous)
+    token = admin_token or os.environ.get("DPMARGINALS_ADMIN_TOKEN") or secrets.token_urlsafe(24)
+    if max_body_bytes < 1024:
+        raise DPMarginalsError(f"max_body_bytes must be at least 1024, got {max_body_bytes}")
+    agg = Aggregator(the_store, token, max_body_bytes)
+
+    @asynccontextmanager
+    async def lifespan(app: Any) -> AsyncIterator[None]:
+        yield
+        if owned:
+            the_store.close()
+
+    app = fa.FastAPI(
+        title="dpmarginals aggregator", version=__version__, lifespan=lifespan,
+        description="Collects local-DP reports of marginal tables and answers marginal "
+        "queries from them. Reports carry no user identifier and no timestamp; see "
+        "docs/deployment.md for the plan and report formats.",
+    )
+    app.state.aggregator = agg
+    app.state.admin_token = token
+    app.state.store = the_store
+    admin = _admin_guard(fa, token)
+    campaign_id = Annotated[str, fa.PathParam(pattern=CAMPAIGN_PATTERN,
+                                              description="campaign id")]
+    _add_error_handlers(app, fa)
+    _add_campaign_endpoints(app, fa, agg, admin)
+    _add_client_endpoints(app, fa, agg, campaign_id)
+    _add_analyst_endpoints(app, fa, agg, campaign_id)
+    _add_export_endpoint(app, fa, agg, admin, campaign_id)
+    return app
+
+
+def _fastapi() -> Any:
+    """FastAPI's names the app needs (the ``service`` extra), as one namespace."""
     try:
         from fastapi import Depends, FastAPI, Query, Request
         from fastapi import Path as PathParam
@@ -282,32 +326,18 @@ def create_app(
     except ImportError:
         raise DPMarginalsError("the aggregator needs the service extra: "
                                "pip install 'dpmarginals[service]'") from None
-    CampaignId = Annotated[str, PathParam(pattern=CAMPAIGN_PATTERN, description="campaign id")]
-    owned = not isinstance(store, Store)
-    spec = store if store is not None else Path("dpmarginals.db")
-    the_store = open_store(spec, synchronous=synchronous)
-    token = admin_token or os.environ.get("DPMARGINALS_ADMIN_TOKEN") or secrets.token_urlsafe(24)
-    if max_body_bytes < 1024:
-        raise DPMarginalsError(f"max_body_bytes must be at least 1024, got {max_body_bytes}")
-    agg = Aggregator(the_store, token, max_body_bytes)
+    return SimpleNamespace(
+        Depends=Depends, FastAPI=FastAPI, Query=Query, Request=Request, PathParam=PathParam,
+        run_in_threadpool=run_in_threadpool, JSONResponse=JSONResponse,
+        PlainTextResponse=PlainTextResponse, Response=Response,
+        StreamingResponse=StreamingResponse,
+        HTTPAuthorizationCredentials=HTTPAuthorizationCredentials, HTTPBearer=HTTPBearer)
 
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        yield
-        if owned:
-            the_store.close()
 
-    app = FastAPI(
-        title="dpmarginals aggregator", version=__version__, lifespan=lifespan,
-        description="Collects local-DP reports of marginal tables and answers marginal "
-        "queries from them. Reports carry no user identifier and no timestamp; see "
-        "docs/deployment.md for the plan and report formats.",
-    )
-    app.state.aggregator = agg
-    app.state.admin_token = token
-    app.state.store = the_store
-    bearer = HTTPBearer(auto_error=False, description="the admin token")
-
+def _admin_guard(fa: Any, token: str) -> list[Any]:
+    """The dependency that guards the admin endpoints (a constant-time token check)."""
+    Depends, HTTPAuthorizationCredentials = fa.Depends, fa.HTTPAuthorizationCredentials
+    bearer = fa.HTTPBearer(auto_error=False, description="the admin token")
     def require_admin(
         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
     ) -> None:
@@ -316,7 +346,13 @@ def create_app(
             raise ServiceError(401, "unauthorized", "this endpoint needs the admin token "
                                "(Authorization: Bearer <token>)")
 
-    admin = [Depends(require_admin)]
+    return [Depends(require_admin)]
+
+
+
+def _add_error_handlers(app: Any, fa: Any) -> None:
+    """Every error as ``{"error": code, "reason": ...}`` with its HTTP status."""
+    Request, JSONResponse = fa.Request, fa.JSONResponse
 
     @app.exception_handler(ServiceError)
     async def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
@@ -351,7 +387,12 @@ def create_app(
     async def _user_error(request: Request, exc: DPMarginalsError) -> JSONResponse:
         return _error_response(422, "invalid_request", str(exc))
 
-    # -- endpoints ------------------------------------------------------------------------
+
+def _add_campaign_endpoints(app: Any, fa: Any, agg: Aggregator, admin: list[Any]) -> None:
+    """The service's health; admin: create and list campaigns."""
+    Request, JSONResponse, run_in_threadpool = fa.Request, fa.JSONResponse, fa.run_in_threadpool
+    the_store = agg.store
+
     @app.get("/health", tags=["service"], summary="Liveness and the store's kind")
     def health() -> dict[str, str]:
         return {"status": "ok", "store": the_store.kind, "version": __version__}
@@ -392,6 +433,11 @@ def create_app(
     def list_campaigns() -> dict[str, Any]:
         return {"campaigns": [{"id": n, "plan_hash": h} for n, h in the_store.campaigns()]}
 
+
+def _add_client_endpoints(app: Any, fa: Any, agg: Aggregator, CampaignId: Any) -> None:
+    """Clients: the plan, a group assignment, reports one at a time or in batches."""
+    Request, Query, run_in_threadpool = fa.Request, fa.Query, fa.run_in_threadpool
+
     @app.get("/campaigns/{campaign}/plan", tags=["clients"], summary="The public plan",
              responses=_errors(404, 422))
     def get_plan(campaign: CampaignId) -> dict[str, Any]:
@@ -428,6 +474,13 @@ def create_app(
         body = await _read_body(request, agg.max_body_bytes)
         return await run_in_threadpool(agg.ingest, campaign, body, batch=True)
 
+
+def _add_analyst_endpoints(app: Any, fa: Any, agg: Aggregator, CampaignId: Any) -> None:
+    """Analysts: reports per group, and marginals from the plan's method's synopsis."""
+    Query, Response, JSONResponse = fa.Query, fa.Response, fa.JSONResponse
+    PlainTextResponse = fa.PlainTextResponse
+    the_store = agg.store
+
     @app.get("/campaigns/{campaign}/status", tags=["analysts"],
              summary="Reports received per group", responses=_errors(404, 422))
     def status(campaign: CampaignId) -> dict[str, Any]:
@@ -456,7 +509,8 @@ def create_app(
             raise ServiceError(422, "invalid_request", "attributes names no attribute")
         from ..synopsis.base import check_query
 
-        cells = found.plan.domain.project(check_query(found.plan.domain, attrs)).cells()
+        domain = answer_domain(found.plan)
+        cells = domain.project(check_query(domain, attrs)).cells()
         if cells > MAX_ANSWER_CELLS:  # (unknown/repeated attributes: 422 above)
             raise ServiceError(422, "invalid_request", f"the marginal over {attrs} has "
                                f"{cells:,} cells; the service answers at most "
@@ -467,6 +521,13 @@ def create_app(
             return PlainTextResponse(table.to_frame().to_csv(index=False), media_type="text/csv")
         return JSONResponse({"campaign": campaign, "plan_hash": found.plan.hash,
                              "reports": total, **table.to_dict()})
+
+
+def _add_export_endpoint(app: Any, fa: Any, agg: Aggregator, admin: list[Any],
+                         CampaignId: Any) -> None:
+    """Admin: every stored report, as JSON lines."""
+    StreamingResponse = fa.StreamingResponse
+    the_store = agg.store
 
     @app.get("/campaigns/{campaign}/reports", tags=["admin"], dependencies=admin,
              summary="Export every stored report (JSON lines, ordered by report id)",
@@ -480,5 +541,3 @@ def create_app(
                 yield json.dumps(report, separators=(",", ":")) + "\n"
 
         return StreamingResponse(lines(), media_type="application/x-ndjson")
-
-    return app

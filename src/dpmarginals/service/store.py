@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import DPMarginalsError
+from ..protocol.counts import Counts
 from ..protocol.plan import Plan
 from ..protocol.reports import DecodedReports, PlanCodec, ReportError
 
@@ -394,7 +395,7 @@ class Store(ABC):
                    tallies=campaign.codec.tally(reports))
         return int(self._submit(job))
 
-    def counts(self, campaign: Campaign) -> tuple[list[np.ndarray], np.ndarray]:
+    def counts(self, campaign: Campaign) -> Counts:
         """The incremental count tensors: support per (group, cell), users per group."""
         rows = self._read("SELECT grp, users, support FROM tallies WHERE campaign = ? "
                           "ORDER BY grp", (campaign.num,))
@@ -402,7 +403,7 @@ class Store(ABC):
         for g, n, blob in rows:
             supports[int(g)] = np.frombuffer(bytes(blob), dtype=_INT64).astype(np.int64)
             users[int(g)] = int(n)
-        return supports, users
+        return Counts(supports, users)
 
     def users(self, campaign: Campaign) -> np.ndarray:
         """Reports per group (from the tallies)."""
@@ -431,7 +432,7 @@ class Store(ABC):
         for rid, g, row in self._rows(campaign):
             yield codec.report_of_row(rid, g, row)
 
-    def recount(self, campaign: Campaign) -> tuple[list[np.ndarray], np.ndarray]:
+    def recount(self, campaign: Campaign) -> Counts:
         """Count tensors recomputed from the stored reports (equal to :meth:`counts`)."""
         by_group: dict[int, list[bytes]] = {}
         for _, g, row in self._rows(campaign):
@@ -441,7 +442,7 @@ class Store(ABC):
         for g, rows in by_group.items():
             supports[g] = codec.groups[g].support(b"".join(rows))
             users[g] = len(rows)
-        return supports, users
+        return Counts(supports, users)
 
 
 class SQLiteStore(Store):
