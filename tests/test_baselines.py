@@ -367,3 +367,13 @@ def test_cli_runs_every_method(dataset, capsys):
         assert result["method"] == name and math.isfinite(result["sse_mean"])
         uniform = result["uniform_sse_mean"] if uniform is None else uniform
         assert result["uniform_sse_mean"] == uniform  # the same users and queries for all
+
+
+def test_per_user_is_never_accepted_and_ignored():
+    """Issue 16.3: EM always randomizes every record, so per_user=False is an error; PriView
+    has no user reports, so it takes no per_user at all."""
+    assert make("em", epsilon=1.0, k=2, per_user=True).per_user
+    with pytest.raises(DPMarginalsError, match="per_user=False"):
+        make("em", epsilon=1.0, k=2, per_user=False)
+    with pytest.raises(DPMarginalsError, match="per_user"):
+        make("priview", epsilon=1.0, k=2, per_user=True)

@@ -154,7 +154,6 @@ class PriView:
     m: int | None = None
     cover: int | None = None
     sampler: str = "auto"
-    per_user: bool = False  # accepted for the common interface; there are no user reports
     max_rounds: int = 100
     max_view_cells: int = DEFAULT_VIEW_CELLS
     name: ClassVar[str] = "priview"
