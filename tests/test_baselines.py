@@ -299,14 +299,16 @@ def test_em_succeeds_with_a_generous_budget():
 
 
 # -- PriView and its discrete Laplace --------------------------------------------------------------
-def test_cks_discrete_laplace_matches_its_pmf():
+def test_simulation_discrete_laplace_matches_its_pmf():
+    """The seeded simulation's discrete Laplace (the hand-written CKS sampler it replaced
+    was dropped: private runs draw from OpenDP)."""
     from scipy.stats import chisquare
 
-    from dpmarginals.central.priview import discrete_laplace, discrete_laplace_variance
+    from dpmarginals.central.noise import SimulationNoise
+    from dpmarginals.central.priview import discrete_laplace_variance
 
-    t, s = 2500, 1000  # scale 2.5
-    draws = discrete_laplace(t, s, 40_000, np.random.default_rng(0))
-    scale = t / s
+    scale = 2.5
+    draws = SimulationNoise(0).discrete_laplace(scale, 40_000)
     support = np.arange(-12, 13)
     pmf = np.tanh(1 / (2 * scale)) * np.exp(-np.abs(support) / scale)
     observed = np.array([(draws == z).sum() for z in support], float)
@@ -320,10 +322,10 @@ def test_cks_discrete_laplace_matches_its_pmf():
 def test_priview_is_consistent_private_and_far_better_than_local():
     data = correlated(2**14, 6, seed=15)
     queries = all_queries(data.domain, 3)
-    syn = make("priview", epsilon=1.0, k=3, l=4, sampler="cks").run(data, rng=1)
-    assert syn.info["noise_sampler"] == "cks" and syn.info["consistent"]
+    syn = make("priview", epsilon=1.0, k=3, l=4, sampler="simulation").run(data, rng=1)
+    assert syn.info["noise_sampler"] == "simulation" and syn.info["consistent"]
     assert syn.info["scale"] >= syn.info["m"] / 1.0  # Lap(m / eps), rounded up
-    again = make("priview", epsilon=1.0, k=3, l=4, sampler="cks").run(data, rng=1)
+    again = make("priview", epsilon=1.0, k=3, l=4, sampler="simulation").run(data, rng=1)
     assert np.array_equal(syn.views[0][1], again.views[0][1])  # seeded simulation
     central = evaluate(syn, data, queries).sse_mean
     local = evaluate(make("calm", epsilon=1.0, k=3).run(data, rng=1), data, queries).sse_mean
@@ -367,3 +369,26 @@ def test_cli_runs_every_method(dataset, capsys):
         assert result["method"] == name and math.isfinite(result["sse_mean"])
         uniform = result["uniform_sse_mean"] if uniform is None else uniform
         assert result["uniform_sse_mean"] == uniform  # the same users and queries for all
+
+
+def test_per_user_is_never_accepted_and_ignored():
+    """Issue 16.3: EM always randomizes every record, so per_user=False is an error; PriView
+    has no user reports, so it takes no per_user at all."""
+    assert make("em", epsilon=1.0, k=2, per_user=True).per_user
+    with pytest.raises(DPMarginalsError, match="per_user=False"):
+        make("em", epsilon=1.0, k=2, per_user=False)
+    with pytest.raises(DPMarginalsError, match="per_user"):
+        make("priview", epsilon=1.0, k=2, per_user=True)
+
+
+def test_priview_private_noise_only_from_opendp(monkeypatch):
+    """Without OpenDP a seeded run falls back to the simulation; an unseeded (private) run
+    is an error rather than a hand-written sampler."""
+    from dpmarginals.central import priview
+
+    data = correlated(512, 4, seed=3)
+    monkeypatch.setattr(priview, "_opendp_available", lambda: False)
+    assert make("priview", epsilon=1.0, k=2).run(data, rng=1).info["noise_sampler"] == \
+        "simulation"
+    with pytest.raises(DPMarginalsError, match="OpenDP"):
+        make("priview", epsilon=1.0, k=2).run(data)

@@ -34,13 +34,6 @@ from dpmarginals.central import (
     zcdp_rho,
 )
 from dpmarginals.central.accounting import rdp_epsilon
-from dpmarginals.central.dp_marginals import (
-    _bounded,
-    _count_candidates,
-    _sample_unheld,
-    _TupleIndex,
-    _UserTuples,
-)
 from dpmarginals.central.noise import (
     OpenDPNoise,
     SimulationNoise,
@@ -50,6 +43,13 @@ from dpmarginals.central.noise import (
     noise_source,
     sample_binomial,
     sample_dg_tail,
+)
+from dpmarginals.central.tuples import (
+    _bounded,
+    _count_candidates,
+    _sample_unheld,
+    _TupleIndex,
+    _UserTuples,
 )
 from dpmarginals.cli import commands as cli
 from dpmarginals.cli.central import register

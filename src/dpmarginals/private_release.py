@@ -137,7 +137,7 @@ def load_release(path: str | Path) -> Any:
     body = read_json(path)
     if isinstance(body, dict) and body.get("format") == SYNOPSIS_FORMAT:
         return load_synopsis(path)
-    from .central.dp_marginals import RELEASE_FORMAT, DPMarginalsResult
+    from .central.result import RELEASE_FORMAT, DPMarginalsResult
 
     if not isinstance(body, dict) or body.get("format") != RELEASE_FORMAT:
         raise DPMarginalsError(f"{str(path)!r} is not a dpmarginals release or synopsis")

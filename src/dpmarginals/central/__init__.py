@@ -12,10 +12,10 @@ from typing import Any
 
 _EXPORTS = {
     "DPMarginals": "dp_marginals",
-    "DPMarginalsResult": "dp_marginals",
-    "Level": "dp_marginals",
-    "spurious_fraction": "dp_marginals",
-    "true_counts": "dp_marginals",
+    "DPMarginalsResult": "result",
+    "Level": "result",
+    "spurious_fraction": "result",
+    "true_counts": "result",
     "PrivacyBudget": "accounting",
     "plan_budget": "accounting",
     "zcdp_epsilon": "accounting",

@@ -243,7 +243,12 @@ class OpenDPNoise:
 class SimulationNoise:
     """Non-private simulation: the same distributions from a seeded numpy Generator.
 
-    The discrete Gaussian is Canonne–Kamath–Steinke's Algorithm 3 (discrete Laplace
+    The package's only hand-written noise samplers, kept because OpenDP's samplers draw
+    from the OS's randomness and take no seed, while tests and experiments need
+    reproducible runs: they serve seeded simulations only (results marked not private;
+    every private path draws from :class:`OpenDPNoise` or, for PriView, OpenDP's
+    ``make_laplace``).  The discrete Laplace is a difference of two geometric draws; the
+    discrete Gaussian is Canonne–Kamath–Steinke's Algorithm 3 (that discrete Laplace as the
     proposal, rejection) in floating point; the percentile is the same exponential
     mechanism as OpenDP's, sampled with Gumbel noise.
     """
@@ -257,15 +262,19 @@ class SimulationNoise:
         counts = np.asarray(counts, dtype=np.int64)
         return counts + self.discrete_gaussian(scale, counts.size)
 
+    def discrete_laplace(self, scale: float, size: int) -> np.ndarray:
+        """``size`` draws with P[Z = z] proportional to exp(-|z| / scale)."""
+        p_geo = -math.expm1(-1.0 / scale)
+        return self.rng.geometric(p_geo, size) - self.rng.geometric(p_geo, size)
+
     def discrete_gaussian(self, scale: float, size: int) -> np.ndarray:
         rng = self.rng
         t = math.floor(scale) + 1
-        p_geo = -math.expm1(-1.0 / t)
         out = np.empty(size, dtype=np.int64)
         todo = np.arange(size)
         while todo.size:
             m = todo.size
-            y = rng.geometric(p_geo, m) - rng.geometric(p_geo, m)
+            y = self.discrete_laplace(t, m)
             keep = rng.random(m) < np.exp(-((np.abs(y) - scale**2 / t) ** 2) / (2 * scale**2))
             out[todo[keep]] = y[keep]
             todo = todo[~keep]

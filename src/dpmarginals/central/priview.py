@@ -15,12 +15,13 @@ floating-point Laplace (Mironov 2012):
 
 * ``sampler="opendp"``: OpenDP's ``make_laplace`` on integer vectors (its exact discrete
   Laplace sampler on the OS's randomness); its privacy map is checked to give at most
-  eps / m per view.
-* ``sampler="cks"``: our exact sampler after Canonne, Kamath, Steinke (NeurIPS 2020),
-  Algorithms 1-2, with the scale rounded *up* to a rational t/s (s = 1000), drawing uniform
-  integers from :class:`~dpmarginals.core.randomness.SecureRandom` (``rng=None``) or, for
-  reproducible simulation only, from a seeded generator.
-* ``sampler="auto"`` (default): OpenDP when it is installed, otherwise CKS.
+  eps / m per view.  Every private run draws its noise here.
+* ``sampler="simulation"``: a **non-private** seeded simulation (tests, experiments without
+  OpenDP): the same discrete Laplace drawn by
+  :meth:`~dpmarginals.central.noise.SimulationNoise.discrete_laplace` from a seeded numpy
+  generator (OpenDP's samplers take no seed).
+* ``sampler="auto"`` (default): OpenDP when it is installed, otherwise the simulation when
+  a seed is given; without OpenDP and without a seed it is an error.
 
 ``synopsis.info["noise_sampler"]`` says which one ran.
 
@@ -41,67 +42,18 @@ import numpy as np
 from dpmarginals.core.dataset import Dataset
 from dpmarginals.core.domain import Domain
 from dpmarginals.core.errors import DPMarginalsError, check_epsilon
-from dpmarginals.core.randomness import RandomSource, RNGLike, client_rng
+from dpmarginals.core.randomness import RNGLike
 from dpmarginals.planning.covering import cover_design
 from dpmarginals.planning.error_model import select_marginals
 from dpmarginals.protocol.plan import GroupSpec, Plan, attribute_names
 
-__all__ = ["PriView", "bernoulli_exp", "discrete_laplace", "discrete_laplace_variance"]
+from .noise import SimulationNoise
 
-SAMPLERS = ("auto", "opendp", "cks")
+__all__ = ["PriView", "discrete_laplace_variance"]
+
+SAMPLERS = ("auto", "opendp", "simulation")
 SCALE_DENOMINATOR = 1000
 DEFAULT_VIEW_CELLS = 2**20
-
-
-# -- exact discrete Laplace (Canonne, Kamath, Steinke 2020) -----------------------------------
-def bernoulli_exp(num: np.ndarray, den: int, src: RandomSource) -> np.ndarray:
-    """Exact Bernoulli(exp(-num/den)) for integers 0 <= num <= den (CKS 2020, Algorithm 1).
-
-    Vectorized over ``num``: K = 1, 2, ...; draw A ~ Bernoulli(gamma / K) (a uniform integer
-    below den K compared with num) until A = 0; return whether K is odd.
-    """
-    num = np.asarray(num, dtype=np.int64)
-    out = np.zeros(num.shape, dtype=bool)
-    active = np.arange(num.size)
-    flat = num.ravel()
-    kk = 1
-    while active.size:
-        draw = np.asarray(src.integers(0, den * kk, size=active.size), dtype=np.int64)
-        go_on = draw < flat[active]
-        out.flat[active[~go_on]] = kk % 2 == 1
-        active = active[go_on]
-        kk += 1
-    return out
-
-
-def discrete_laplace(t: int, s: int, size: int, src: RandomSource) -> np.ndarray:
-    """``size`` exact draws of the discrete Laplace with scale t/s (CKS 2020, Algorithm 2).
-
-    P[Z = z] proportional to exp(-|z| s / t), for integers t, s >= 1.
-    """
-    if t < 1 or s < 1:
-        raise DPMarginalsError(f"discrete Laplace needs integers t, s >= 1, got {t}, {s}")
-    out = np.zeros(size, dtype=np.int64)
-    pending = np.arange(size)
-    ones = np.ones(1, dtype=np.int64)
-    while pending.size:
-        u = np.asarray(src.integers(0, t, size=pending.size), dtype=np.int64)
-        keep = bernoulli_exp(u, t, src)
-        idx, u = pending[keep], u[keep]
-        rejected = [pending[~keep]]
-        v = np.zeros(idx.size, dtype=np.int64)
-        live = np.arange(idx.size)
-        while live.size:  # V ~ Geometric(1 - e^-1): count Bernoulli(e^-1) successes
-            a = bernoulli_exp(np.broadcast_to(ones, live.shape), 1, src)
-            v[live[a]] += 1
-            live = live[a]
-        y = (u + t * v) // s
-        b = np.asarray(src.integers(0, 2, size=idx.size), dtype=np.int64)
-        bad = (b == 1) & (y == 0)
-        out[idx[~bad]] = ((1 - 2 * b) * y)[~bad]
-        rejected.append(idx[bad])
-        pending = np.concatenate(rejected)
-    return out
 
 
 def discrete_laplace_variance(scale: float) -> float:
@@ -154,7 +106,6 @@ class PriView:
     m: int | None = None
     cover: int | None = None
     sampler: str = "auto"
-    per_user: bool = False  # accepted for the common interface; there are no user reports
     max_rounds: int = 100
     max_view_cells: int = DEFAULT_VIEW_CELLS
     name: ClassVar[str] = "priview"
@@ -219,28 +170,32 @@ class PriView:
                   "expected_sse": float(np.mean(cells)) * cell_var}
         return Plan(self.name, self.epsilon, domain, groups, params)
 
-    def _sampler(self) -> str:
-        if self.sampler == "auto":
-            return "opendp" if _opendp_available() else "cks"
-        if self.sampler == "opendp" and not _opendp_available():
-            raise DPMarginalsError("sampler='opendp' needs OpenDP: pip install opendp")
-        return self.sampler
+    def _sampler(self, rng: RNGLike) -> str:
+        if self.sampler == "simulation" or (
+                self.sampler == "auto" and rng is not None and not _opendp_available()):
+            return "simulation"
+        if not _opendp_available():
+            raise DPMarginalsError(
+                "PriView's private noise comes from OpenDP: pip install opendp (or pass "
+                "sampler='simulation' and a seed for a non-private simulation)")
+        return "opendp"
 
     def run(self, data: Dataset, *, rng: RNGLike = None) -> Any:
         from dpmarginals.inference.views import NoisyView
         from dpmarginals.synopsis.base import consistent_synopsis
 
         groups = self.plan(data.domain, 1).groups  # the views do not depend on n
-        sampler = self._sampler()
+        sampler = self._sampler(rng)
         scale_t, scale_s = _rational_scale(len(groups), self.epsilon)
-        src = client_rng(rng)  # OS entropy unless the simulation is seeded (cks only)
+        simulation = SimulationNoise(rng) if sampler == "simulation" else None
         noisy_counts = []
         for spec in groups:
             counts = data.counts(spec.attributes).ravel()
             if sampler == "opendp":
                 noisy = _opendp_noisy(counts, scale_t / scale_s, self.epsilon / len(groups))
             else:
-                noisy = counts + discrete_laplace(scale_t, scale_s, counts.size, src)
+                assert simulation is not None
+                noisy = counts + simulation.discrete_laplace(scale_t / scale_s, counts.size)
             noisy_counts.append(noisy)
         # The exact n is not published (it would break add/remove-one DP): every view's
         # noisy total estimates it, and their mean is post-processing of the noisy counts.
@@ -251,6 +206,6 @@ class PriView:
             table = (noisy / n_hat).reshape(data.domain.project(spec.attributes).shape)
             views.append(NoisyView(spec.attributes, table, n_hat, plan.params["var0"]))
         info = {"plan_hash": plan.hash, **plan.params, "noise_sampler": sampler,
-                "seeded_noise": sampler == "cks" and rng is not None}
+                "seeded_noise": sampler == "simulation" and rng is not None}
         return consistent_synopsis(data.domain, views, self.name, info,
                                    max_rounds=self.max_rounds)

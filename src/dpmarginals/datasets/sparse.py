@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.errors import DPMarginalsError
+from .transactional import distinct_csr, split_msnbc, tokenize
 
 __all__ = ["DATASET_FILES", "SparseRecords", "parse_transactions", "read_records"]
 
@@ -45,9 +46,6 @@ DATASET_FILES: dict[str, str] = {
 }
 _CUT_LAST_LINE = {"kosarak-prefix"}  # the stored prefix ends in a cut line
 
-_ALLOWED = np.zeros(256, dtype=bool)
-_ALLOWED[[ord(c) for c in "0123456789 \t\r\n"]] = True
-_DENSE_LIMIT = 1 << 26
 
 
 @dataclass(frozen=True, eq=False)
@@ -137,20 +135,8 @@ class SparseRecords:
     ) -> SparseRecords:
         """From raw CSR transactions (any non-negative ids, repeats allowed)."""
         indptr = np.asarray(indptr, dtype=np.int64)
-        raw = np.asarray(items, dtype=np.int64)
-        n = indptr.size - 1
-        ids, compact = np.unique(raw, return_inverse=True)
-        width = max(int(ids.size), 1)
-        rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
-        if n * width <= _DENSE_LIMIT:  # few items (MSNBC): a dense bitmap is fastest
-            present = np.zeros((n, width), dtype=bool)
-            present[rows, compact] = True
-            rows, items_out = np.nonzero(present)
-        else:
-            keys = np.unique(rows * width + compact)
-            rows, items_out = np.divmod(keys, width)
-        out_ptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(np.bincount(rows, minlength=n), out=out_ptr[1:])
+        ids, compact = np.unique(np.asarray(items, dtype=np.int64), return_inverse=True)
+        out_ptr, items_out = distinct_csr(indptr, compact.reshape(-1), int(ids.size))
         names = item_names or {}
         columns = tuple(names.get(int(i), str(int(i))) for i in ids)
         return cls(out_ptr, items_out, np.arange(ids.size), columns, None, name)
@@ -207,46 +193,16 @@ def parse_transactions(
     Every line is a record (a blank line is an empty record); ``drop_incomplete_last``
     drops a last line without its newline (a file cut mid-line).
     """
-    if drop_incomplete_last and data and not data.endswith(b"\n"):
-        data = data[: data.rfind(b"\n") + 1]
-    if data and not data.endswith(b"\n"):
-        data += b"\n"
-    buf = np.frombuffer(data, dtype=np.uint8)
-    bad = ~_ALLOWED[buf]
-    if bad.any():
-        pos = int(np.argmax(bad))
-        line = data.count(b"\n", 0, pos) + 1
-        raise DPMarginalsError(
-            f"{name}: unexpected character {chr(buf[pos])!r} on line {line}: a transactional "
-            "file has integer item ids separated by spaces (use .csv/.parquet for tables)"
-        )
-    newline = buf == 10
-    n = int(newline.sum())
-    digit = (buf >= 48) & (buf <= 57)
-    edges = np.diff(digit.view(np.int8), prepend=np.int8(0), append=np.int8(0))
-    starts = np.flatnonzero(edges == 1)
-    ends = np.flatnonzero(edges == -1)
-    lengths = ends - starts
-    longest = int(lengths.max(initial=0))
-    if longest > 18:
-        raise DPMarginalsError(f"{name}: an item id has more than 18 digits")
-    values = np.zeros(starts.size, dtype=np.int64)
-    for j in range(longest):
-        has = lengths > j
-        values[has] = values[has] * 10 + (buf[starts[has] + j].astype(np.int64) - 48)
-    line_of = np.cumsum(newline, dtype=np.int64)[starts]
-    indptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(line_of, minlength=n), out=indptr[1:])
+    indptr, values = tokenize(
+        data, name=name, drop_incomplete_last=drop_incomplete_last,
+        expected="a transactional file has integer item ids separated by spaces "
+        "(use .csv/.parquet for tables)",
+    )
     return SparseRecords.from_transactions(indptr, values, item_names, name)
 
 
 def _parse_msnbc(data: bytes, name: str) -> SparseRecords:
-    marker = data.find(b"% Sequences:")
-    header = data[:marker].decode("utf-8", errors="replace").splitlines()
-    named = [ln for ln in header if ln.strip() and not ln.lstrip().startswith("%")]
-    names = named[0].split() if named else []
-    eol = data.find(b"\n", marker)
-    body = data[eol + 1:].lstrip(b"\r\n") if eol >= 0 else b""
+    names, body = split_msnbc(data, name)
     return parse_transactions(body, name=name, item_names={i + 1: c for i, c in enumerate(names)})
 
 

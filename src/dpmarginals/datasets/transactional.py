@@ -133,17 +133,7 @@ class Transactions:
     @cached_property
     def _distinct(self) -> tuple[np.ndarray, np.ndarray]:
         """CSR of each record's *distinct* items, sorted within the record."""
-        width = max(self.num_items, 1)
-        if self.n * width <= _DENSE_LIMIT:  # small item space (MSNBC): a dense bitmap
-            present = np.zeros((self.n, width), dtype=bool)
-            present[self.rows(), self.items] = True
-            rows, items = np.nonzero(present)
-        else:
-            keys = np.unique(self.rows() * width + self.items)
-            rows, items = np.divmod(keys, width)
-        indptr = np.zeros(self.n + 1, dtype=np.int64)
-        np.cumsum(np.bincount(rows, minlength=self.n), out=indptr[1:])
-        return indptr, items.astype(np.int64, copy=False)
+        return distinct_csr(self.indptr, self.items, self.num_items)
 
     def distinct(self) -> Transactions:
         """The same records with repeats removed and items sorted (a set per record)."""
@@ -194,14 +184,36 @@ class Transactions:
 
 
 # -- parsing ------------------------------------------------------------------------------
-def parse_transactions(
-    data: bytes, *, drop_incomplete_last: bool = False, name: str = "transactions"
-) -> Transactions:
-    """Parse whitespace-separated non-negative integers, one record per line.
+def distinct_csr(
+    indptr: np.ndarray, items: np.ndarray, width: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """CSR of each record's distinct items (ids in ``0..width-1``), sorted within the record."""
+    n = indptr.size - 1
+    width = max(width, 1)
+    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+    if n * width <= _DENSE_LIMIT:  # small item space (MSNBC): a dense bitmap is fastest
+        present = np.zeros((n, width), dtype=bool)
+        present[rows, items] = True
+        rows, out = np.nonzero(present)
+    else:
+        keys = np.unique(rows * width + items)
+        rows, out = np.divmod(keys, width)
+    out_ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=n), out=out_ptr[1:])
+    return out_ptr, out.astype(np.int64, copy=False)
+
+
+def tokenize(
+    data: bytes, *, name: str = "transactions", drop_incomplete_last: bool = False,
+    expected: str = "expected integer item ids separated by spaces",
+) -> tuple[np.ndarray, np.ndarray]:
+    """The CSR ``(indptr, items)`` of whitespace-separated non-negative integers, one record
+    per line, in file order, repeats included (the one parser of transactional text).
 
     Every line is a record (an empty line is a record with no items); a final line
     without a newline counts too, unless ``drop_incomplete_last`` (a file cut mid-line,
-    like the Kosarak prefix).  ``\\r`` and tabs are treated as spaces.
+    like the Kosarak prefix).  ``\\r`` and tabs are treated as spaces.  ``expected`` ends
+    the error naming a character that is not allowed.
     """
     if drop_incomplete_last and data and not data.endswith(b"\n"):
         data = data[: data.rfind(b"\n") + 1]
@@ -213,8 +225,7 @@ def parse_transactions(
         pos = int(np.argmax(bad))
         line = data.count(b"\n", 0, pos) + 1
         raise DPMarginalsError(
-            f"{name}: unexpected character {chr(buf[pos])!r} on line {line}: "
-            "expected integer item ids separated by spaces"
+            f"{name}: unexpected character {chr(buf[pos])!r} on line {line}: {expected}"
         )
     line_no = np.cumsum(buf == 10, dtype=np.int64)
     n = int(line_no[-1]) if buf.size else 0
@@ -235,26 +246,41 @@ def parse_transactions(
     line_of = line_no[starts]
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(line_of, minlength=n), out=indptr[1:])
+    return indptr, values
+
+
+def parse_transactions(
+    data: bytes, *, drop_incomplete_last: bool = False, name: str = "transactions"
+) -> Transactions:
+    """Parse whitespace-separated non-negative integers, one record per line
+    (:func:`tokenize`)."""
+    indptr, values = tokenize(data, name=name, drop_incomplete_last=drop_incomplete_last)
     return Transactions(indptr, values, name=name)
+
+
+def split_msnbc(data: bytes, name: str = "msnbc") -> tuple[list[str], bytes]:
+    """The category names of an MSNBC ``.seq`` header (empty if it names none) and the
+    sessions after the ``% Sequences:`` line (blank lines before the first skipped)."""
+    marker = data.find(b"% Sequences:")
+    if marker < 0:
+        raise DPMarginalsError(f"{name}: no '% Sequences:' line: not an MSNBC .seq file")
+    header = data[:marker].decode("utf-8", errors="replace").splitlines()
+    named = [ln for ln in header if ln.strip() and not ln.lstrip().startswith("%")]
+    eol = data.find(b"\n", marker)
+    body = data[eol + 1:].lstrip(b"\r\n") if eol >= 0 else b""
+    return (named[0].split() if named else []), body
 
 
 def parse_msnbc(data: bytes, *, name: str = "msnbc") -> Transactions:
     """Parse the UCI MSNBC ``.seq`` text: the ``%`` header, then one session per line.
 
-    The header names the categories; the sessions start after the ``% Sequences:`` line
-    (blank lines between the header and the first session are skipped).
+    The header names the categories (the 17 of ``MSNBC_CATEGORIES`` if it names none).
     """
-    marker = data.find(b"% Sequences:")
-    if marker < 0:
-        raise DPMarginalsError(f"{name}: no '% Sequences:' line: not an MSNBC .seq file")
-    header = data[:marker].decode("ascii", errors="replace").splitlines()
-    names_line = [ln for ln in header if ln.strip() and not ln.lstrip().startswith("%")]
-    names = tuple(names_line[0].split()) if names_line else MSNBC_CATEGORIES
-    body_start = data.find(b"\n", marker) + 1 if data.find(b"\n", marker) >= 0 else len(data)
-    body = data[body_start:].lstrip(b"\r\n")
+    names, body = split_msnbc(data, name)
     t = parse_transactions(body, name=name)
     return Transactions(
-        t.indptr, t.items, {i + 1: c for i, c in enumerate(names)}, name=name
+        t.indptr, t.items, {i + 1: c for i, c in enumerate(names or MSNBC_CATEGORIES)},
+        name=name,
     )
 
 

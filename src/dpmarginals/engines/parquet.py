@@ -67,6 +67,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..core.errors import DPMarginalsError
+from ..core.hashing import PRIME
 from ..datasets.sparse import SparseRecords, read_records
 from ..oracles import FrequencyOracle, make_oracle
 from ..protocol.plan import Plan
@@ -101,7 +102,6 @@ ROW_GROUP_ROWS = 1 << 20
 MANIFEST = "_plan.json"
 RECORDS_MANIFEST = "_records.json"
 _CAMPAIGN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-_PRIME = (1 << 31) - 1
 
 
 # -- schemas ------------------------------------------------------------------------------
@@ -164,7 +164,7 @@ def _check_native(oracle: FrequencyOracle, native: Any) -> np.ndarray:
         raise DPMarginalsError(f"{name} reports must have shape (n, 2), got {arr.shape}")
     if name == "olh":
         a, b = arr[:, 0] >> 32, arr[:, 0] & 0xFFFFFFFF
-        bad = (arr[:, 0] < 0) | (a < 1) | (a >= _PRIME) | (b >= _PRIME)
+        bad = (arr[:, 0] < 0) | (a < 1) | (a >= PRIME) | (b >= PRIME)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             raise DPMarginalsError(f"olh seed {int(arr[i, 0])} of report {i} is not in the "

@@ -163,10 +163,6 @@ def _means(frame: pd.DataFrame, value: str = "sse") -> pd.DataFrame:
             .mean().rename("mean").reset_index())
 
 
-def _setting(row: Any) -> str:
-    return f"{row['dataset']} {row['panel'].split(')')[0]}) eps={row['epsilon']:g}"
-
-
 def _tables(frame: pd.DataFrame, methods: Sequence[str]) -> str:
     out = ["Mean SSE over the queries and repeats; rows: method, columns: epsilon.\n"]
     for (ds, panel), sub in frame.groupby(["dataset", "panel"], sort=False):

@@ -30,7 +30,6 @@ from itertools import combinations
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from ..core.dataset import Dataset
 from ..core.domain import Domain
@@ -206,12 +205,3 @@ def run_method(
     if after is not None:
         after(synopsis, row)
     return row
-
-
-def mean_sd(frame: pd.DataFrame, by: Sequence[str], value: str) -> pd.DataFrame:
-    """Mean and standard deviation over repeats of ``value`` (only ``ok`` rows)."""
-    ok = frame[frame["status"] == "ok"]
-    if not len(ok):
-        return pd.DataFrame(columns=[*by, "mean", "sd", "runs"])
-    return (ok.groupby(list(by), dropna=False)[value]
-            .agg(mean="mean", sd="std", runs="count").reset_index())

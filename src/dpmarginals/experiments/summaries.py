@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["Check", "best_method_counts", "checks_markdown", "fmt", "pivot_table"]
+__all__ = ["Check", "checks_markdown", "fmt", "pivot_table"]
 
 
 def fmt(value: Any, digits: int = 3) -> str:
@@ -83,10 +83,3 @@ class Check:
 
 def checks_markdown(checks: Sequence[Check]) -> str:
     return "## Orderings vs. the paper\n\n" + "\n".join(c.line() for c in checks) + "\n"
-
-
-def best_method_counts(means: pd.DataFrame, group: Sequence[str], method_col: str = "method",
-                       value: str = "mean") -> pd.Series:
-    """How often each method has the lowest mean in a group."""
-    idx = means.groupby(list(group))[value].idxmin()
-    return means.loc[idx, method_col].value_counts()

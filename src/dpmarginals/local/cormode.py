@@ -34,6 +34,8 @@ import numpy as np
 from ..core.dataset import Dataset
 from ..core.domain import Domain
 from ..core.errors import DPMarginalsError, check_epsilon
+from ..core.hashing import PRIME as HASH_PRIME
+from ..core.hashing import independent_collision
 from ..core.randomness import RandomSource, RNGLike, client_rng, simulation_rng
 from ..oracles import fwht
 from ..protocol.plan import Plan
@@ -57,7 +59,6 @@ from .fourier import FT, InpHT, MargHT, ht_output_distribution, ht_reports, rr_k
 __all__ = ["BASELINES", "InpHTCMS", "InpOLH", "InpPS", "InpRR", "MargPS", "MargRR",
            "cms_reports"]
 
-HASH_PRIME = (1 << 31) - 1
 
 
 @dataclass
@@ -136,12 +137,6 @@ class MargPS(AM):
         return d + k
 
 
-def _collision_probability(w: int) -> float:
-    """P[u mod w == u' mod w] for independent uniform u, u' in [0, P)."""
-    q, r = divmod(HASH_PRIME, w)
-    return (r * (q + 1) ** 2 + (w - r) * q**2) / HASH_PRIME**2
-
-
 def sketch_hashes(seed: int, g: int, w: int, cells: int) -> np.ndarray:
     """h_j(x) = ((a x^2 + b x + c) mod P) mod w for x < cells, j < g: shape (g, cells).
 
@@ -214,7 +209,7 @@ class InpHTCMS:
                 f"max_memory = {human_bytes(self.max_memory)}")
         seed = hash_seed if hash_seed is not None else (self.hash_seed or 0)
         p = rr_keep(self.epsilon)
-        coll = _collision_probability(self.w)
+        coll = independent_collision(self.w)
         per_cell = 1.0 / ((2 * p - 1) ** 2 * n * (1 - coll) ** 2)
         n_c = cells / 2**self.k
         params = {"k": self.k, "n": int(n), "g": self.g, "w": self.w, "hash_seed": int(seed),

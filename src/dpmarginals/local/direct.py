@@ -49,7 +49,7 @@ from ..inference import norm_sub, project
 from ..inference.views import NoisyView
 from ..oracles import ORACLES, adaptive_oracle, best_oracle, make_oracle
 from ..protocol.plan import GroupSpec, Plan
-from ..synopsis.base import Synopsis, check_query
+from ..synopsis.base import Synopsis, check_query, views_from_json, views_to_json
 from .collect import Counts, estimate_views, group_supports
 
 __all__ = [
@@ -228,16 +228,11 @@ class MarginalsSynopsis(Synopsis):
     def _payload(self) -> dict[str, Any]:
         return {"info": self.info, "postprocess": self.postprocess,
                 "variances": list(self.variances or []),
-                "views": [{"attributes": list(a), "values": t.ravel().tolist()}
-                          for a, t in self.views]}
+                "views": views_to_json(self.views)}
 
     @classmethod
     def _from_payload(cls, domain: Domain, method: str, payload: Mapping[str, Any]) -> Synopsis:
-        views = []
-        for v in payload["views"]:
-            attrs = tuple(v["attributes"])
-            views.append((attrs, np.asarray(v["values"], float).reshape(
-                domain.project(attrs).shape)))
+        views = views_from_json(domain, payload["views"])
         return cls(domain, views, [float(x) for x in payload["variances"]], method,
                    dict(payload.get("info", {})), str(payload.get("postprocess", "none")))
 

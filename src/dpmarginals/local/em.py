@@ -272,9 +272,9 @@ class EM:
     """Budget-split reports of every attribute, marginals by EM; see the module docstring.
 
     ``oracle``: the per-attribute frequency oracle, "adaptive" (CALM §2.2.3 with eps/d)
-    or "grr", "oue", "sue".  ``per_user`` is accepted for interface compatibility: EM always
-    randomizes every user's record (it needs the joint reports); with ``rng=None`` the
-    randomization draws from the OS CSPRNG.
+    or "grr", "oue", "sue".  EM always randomizes every user's record (it
+    needs the joint reports), so ``per_user`` must be True (False is an error, not ignored);
+    with ``rng=None`` the randomization draws from the OS CSPRNG.
 
     >>> dom = Domain(tuple(f"a{i}" for i in range(8)), (2,) * 8)
     >>> plan = EM(epsilon=1.0).plan(dom, 1000)
@@ -296,6 +296,10 @@ class EM:
     def __post_init__(self) -> None:
         self.epsilon = check_epsilon(self.epsilon)
         self.k = check_k(self.k)
+        if not self.per_user:
+            raise DPMarginalsError(
+                f"{self.name} randomizes every user's record (it needs the joint reports): "
+                "per_user=False is not available")
         check_choice(self.init, "init", INITS)
         check_choice(self.oracle, "oracle", ATTRIBUTE_ORACLES)
         check_choice(self.on_failure, "on_failure", ON_FAILURE)

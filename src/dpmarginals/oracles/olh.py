@@ -26,6 +26,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ..core.errors import DPMarginalsError
+from ..core.hashing import PRIME, distinct_collision
 from ..core.randomness import RNGLike, client_rng, simulation_rng
 from ._base import (
     FrequencyOracle,
@@ -40,19 +41,11 @@ from ._base import (
 
 __all__ = ["OLH"]
 
-PRIME = (1 << 31) - 1
 _SEED_SHIFT = 32
 _LOW_MASK = (1 << _SEED_SHIFT) - 1
 _USERS_PER_BLOCK = 1 << 15
 _FLOAT_MOD_LIMIT = 1 << 22
 _DEFAULT_SEEDS = 256
-
-
-def _collision_probability(g: int) -> float:
-    """P[H(v) = H(v')] for v != v': two distinct uniform residues mod P agree mod g."""
-    m, r = divmod(PRIME, g)
-    same = r * (m + 1) * m + (g - r) * m * (m - 1)
-    return same / (PRIME * (PRIME - 1))
 
 
 def _split(seeds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -115,7 +108,7 @@ class OLH(FrequencyOracle):
     def q(self) -> float:
         """P[report supports another value] = q_g + c (p - q_g), c ~ 1/g (exact for the family)."""
         p, q_g = grr_probabilities(self.epsilon, self.g)
-        return q_g + _collision_probability(self.g) * (p - q_g)
+        return q_g + distinct_collision(self.g) * (p - q_g)
 
     @property
     def report_bits(self) -> int:

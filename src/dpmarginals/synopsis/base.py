@@ -134,6 +134,23 @@ def _with_measured(marginal: Any) -> Any:
     return tagged
 
 
+def views_to_json(views: Sequence[tuple[Sequence[str], np.ndarray]]) -> list[dict[str, Any]]:
+    """The JSON form of (attributes, table) views: the one serializer of a view list."""
+    return [{"attributes": list(a), "values": t.ravel().tolist()} for a, t in views]
+
+
+def views_from_json(domain: Domain, body: Sequence[Mapping[str, Any]]
+                    ) -> list[tuple[tuple[str, ...], np.ndarray]]:
+    """The (attributes, table) views of :func:`views_to_json`'s output, tables shaped by
+    ``domain``."""
+    views = []
+    for v in body:
+        attrs = tuple(v["attributes"])
+        views.append((attrs, np.asarray(v["values"], float).reshape(
+            domain.project(attrs).shape)))
+    return views
+
+
 def read_json(path: str | Path) -> Any:
     try:
         return json.loads(Path(path).read_text())
@@ -207,16 +224,11 @@ class ViewSynopsis(Synopsis):
 
     def _payload(self) -> dict[str, Any]:
         return {"info": self.info,
-                "views": [{"attributes": list(a), "values": t.ravel().tolist()}
-                          for a, t in self.views]}
+                "views": views_to_json(self.views)}
 
     @classmethod
     def _from_payload(cls, domain: Domain, method: str, payload: Mapping[str, Any]) -> Synopsis:
-        views = []
-        for v in payload["views"]:
-            attrs = tuple(v["attributes"])
-            views.append((attrs, np.asarray(v["values"], float).reshape(
-                domain.project(attrs).shape)))
+        views = views_from_json(domain, payload["views"])
         return cls(domain, views, method, dict(payload.get("info", {})))
 
 
