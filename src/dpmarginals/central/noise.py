@@ -181,9 +181,7 @@ class NoiseSource(Protocol):
 def _require_opendp() -> Any:
     from ..core.extras import require
 
-    dp = require("opendp.prelude", extra="central",
-                 what="the private release's noise (OpenDP's samplers; simulation=True with a "
-                      "seed needs none)")
+    dp = require("opendp.prelude", extra="central", what="central DP noise (OpenDP's samplers)")
     dp.enable_features("contrib")
     return dp
 
