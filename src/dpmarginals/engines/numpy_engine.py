@@ -26,8 +26,8 @@ from .parquet import (
     report_columns,
 )
 
-pa = lazy("pyarrow", extra="engines", what="Parquet reports")
-pq = lazy("pyarrow.parquet", extra="engines", what="Parquet reports")
+pa = lazy("pyarrow", extra="engines", what="reading or writing Parquet")
+pq = lazy("pyarrow.parquet", extra="engines", what="reading or writing Parquet")
 
 __all__ = ["count_arrays", "count_parquet"]
 

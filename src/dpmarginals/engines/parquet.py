@@ -70,8 +70,8 @@ from ..datasets.sparse import SparseRecords, read_records
 from ..oracles import FrequencyOracle, make_oracle
 from ..protocol.plan import Plan
 
-pa = lazy("pyarrow", extra="engines", what="Parquet reports")
-pq = lazy("pyarrow.parquet", extra="engines", what="Parquet reports")
+pa = lazy("pyarrow", extra="engines", what="reading or writing Parquet")
+pq = lazy("pyarrow.parquet", extra="engines", what="reading or writing Parquet")
 
 __all__ = [
     "FORMAT_VERSION",
