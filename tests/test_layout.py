@@ -69,3 +69,36 @@ def test_the_client_needs_only_numpy_and_the_standard_library():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "[]", out
+
+
+# A sys.meta_path finder that refuses every module outside the standard library and ALLOWED,
+# as on a device that has only numpy: importing the rest fails like an absent package.
+ONLY_ALLOWED = """
+import sys
+ALLOWED = {allowed!r}
+class Refuse:
+    def find_spec(self, name, path=None, target=None):
+        top = name.split('.')[0]
+        if top in sys.stdlib_module_names or top in ALLOWED:
+            return None
+        raise ModuleNotFoundError(f'No module named {{name!r}} (refused)', name=name)
+sys.meta_path.insert(0, Refuse())
+"""
+
+
+def test_the_client_makes_reports_with_only_numpy_installed():
+    code = ONLY_ALLOWED.format(allowed={"numpy", "dpmarginals"}) + """
+from dpmarginals.core.domain import Domain
+from dpmarginals.protocol.client import check_plan, make_report, make_reports
+from dpmarginals.protocol.plan import GroupSpec, Plan
+import numpy as np
+plan = Plan("calm", 1.0, Domain(("sex", "age"), (2, 3)),
+            (GroupSpec(("sex", "age"), "oue", 1.0, 6), GroupSpec(("age",), "grr", 1.0, 3)))
+check_plan(plan, max_epsilon=1.0)
+report = make_report(plan, {"sex": 1, "age": 2}, max_epsilon=1.0)
+many = make_reports(plan, np.array([[0, 1], [1, 2]]), max_epsilon=1.0)
+print(report["group"] in (0, 1), len(report["report_id"]), type(many).__name__)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("True 32"), proc.stdout

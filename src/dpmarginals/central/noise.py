@@ -179,14 +179,9 @@ class NoiseSource(Protocol):
 
 
 def _require_opendp() -> Any:
-    try:
-        import opendp.prelude as dp
-    except ImportError:  # pragma: no cover - depends on the environment
-        raise DPMarginalsError(
-            "the private release draws its noise from OpenDP's vetted samplers: "
-            "pip install opendp (or use simulation=True with a seed for a non-private "
-            "simulation)"
-        ) from None
+    from ..core.extras import require
+
+    dp = require("opendp.prelude", extra="central", what="central DP noise (OpenDP's samplers)")
     dp.enable_features("contrib")
     return dp
 

@@ -84,6 +84,9 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
     out = Path(args.out)
     try:
         if out.suffix.lower() in (".parquet", ".pq"):
+            from ..core.extras import require
+
+            require("pyarrow", extra="engines", what="writing a Parquet file")
             data.to_frame(labels=True).to_parquet(out, index=False)
         else:
             data.to_frame(labels=True).to_csv(out, index=False)

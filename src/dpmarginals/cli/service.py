@@ -43,12 +43,10 @@ def _port(text: str) -> int:
 
 
 def _need_service() -> None:
-    try:
-        import fastapi  # noqa: F401
-        import uvicorn  # noqa: F401
-    except ImportError:
-        raise DPMarginalsError("the aggregator needs the service extra: "
-                               "pip install 'dpmarginals[service]'") from None
+    from ..core.extras import require
+
+    for module in ("fastapi", "uvicorn"):
+        require(module, extra="service", what="the aggregator")
 
 
 # -- serve --------------------------------------------------------------------------------

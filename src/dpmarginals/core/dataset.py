@@ -168,6 +168,9 @@ class Dataset:
             raise DPMarginalsError(f"data file not found: {str(path)!r}")
         dom = None if domain is None else _as_domain(domain)
         if path.suffix.lower() in (".parquet", ".pq"):
+            from .extras import require
+
+            require("pyarrow", extra="engines", what="reading a Parquet file")
             try:
                 frame = pd.read_parquet(path)
             except Exception as exc:  # pyarrow raises several types for a bad file

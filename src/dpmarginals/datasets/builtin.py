@@ -62,10 +62,10 @@ _COINSURANCE = np.array([0, 25, 50, 95, 100])
 
 def randhie_frame() -> pd.DataFrame:
     """The raw 10 variables from statsmodels (20,190 rows)."""
-    try:
-        from statsmodels.datasets import randhie as source
-    except ImportError as exc:  # statsmodels is a dependency; say so if it is broken
-        raise DPMarginalsError(f"the built-in data set needs statsmodels: {exc}") from None
+    from ..core.extras import require
+
+    source = require("statsmodels.datasets.randhie", extra="demo",
+                     what="the built-in data set randhie (statsmodels)")
     return source.load_pandas().data
 
 

@@ -50,9 +50,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pooch
-
 from ..core.errors import DataNotFoundError, DPMarginalsError
+from ..core.extras import lazy
+
+pooch = lazy("pooch", extra="datasets", what="downloading a data set")
 
 __all__ = [
     "ENV_DATA",

@@ -236,6 +236,9 @@ def read_records(
     if not path.is_file():
         raise DPMarginalsError(f"no such data file: {str(path)!r}")
     if path.suffix in (".parquet", ".pq"):
+        from ..core.extras import require
+
+        require("pyarrow", extra="engines", what="reading a Parquet file")
         try:
             frame = pd.read_parquet(path)
         except Exception as exc:  # pyarrow raises several types

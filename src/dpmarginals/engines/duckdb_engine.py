@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 from ..core.errors import DPMarginalsError
+from ..core.extras import lazy
 from ..protocol.plan import Plan
 from .base import (
     LANE,
@@ -39,6 +39,8 @@ from .base import (
 )
 from .parquet import METADATA_KEY, check_file_metadata, check_manifest, group_files
 
+pa = lazy("pyarrow", extra="engines", what="the duckdb engine")
+
 __all__ = ["DuckDBEngine", "DuckDBTupleCounter", "connect"]
 
 _LOW32 = 0xFFFFFFFF
@@ -46,11 +48,9 @@ _LANE = LANE
 
 
 def _duckdb() -> Any:
-    try:
-        import duckdb
-    except ImportError:  # pragma: no cover - duckdb is a core dependency
-        raise DPMarginalsError("the duckdb engine needs DuckDB: pip install duckdb") from None
-    return duckdb
+    from ..core.extras import require
+
+    return require("duckdb", extra="engines", what="the duckdb engine")
 
 
 def connect(threads: int | None = None, memory_limit: str | None = None,

@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ..core.errors import DPMarginalsError
+from ..core.extras import lazy
 from ..protocol.plan import Plan
 from .base import Counts, empty_counts, plan_oracles
 from .parquet import (
@@ -26,6 +25,9 @@ from .parquet import (
     group_files,
     report_columns,
 )
+
+pa = lazy("pyarrow", extra="engines", what="reading or writing Parquet")
+pq = lazy("pyarrow.parquet", extra="engines", what="reading or writing Parquet")
 
 __all__ = ["count_arrays", "count_parquet"]
 

@@ -63,14 +63,16 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ..core.errors import DPMarginalsError
+from ..core.extras import lazy
 from ..core.hashing import PRIME
 from ..datasets.sparse import SparseRecords, read_records
 from ..oracles import FrequencyOracle, make_oracle
 from ..protocol.plan import Plan
+
+pa = lazy("pyarrow", extra="engines", what="reading or writing Parquet")
+pq = lazy("pyarrow.parquet", extra="engines", what="reading or writing Parquet")
 
 __all__ = [
     "FORMAT_VERSION",

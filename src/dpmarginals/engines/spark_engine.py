@@ -36,9 +36,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 from ..core.errors import DPMarginalsError
+from ..core.extras import lazy
 from ..protocol.plan import Plan
 from .base import (
     LANE,
@@ -66,6 +66,8 @@ from .parquet import (
     write_records,
 )
 
+pa = lazy("pyarrow", extra="spark", what="the spark engine")
+
 __all__ = ["SparkEngine", "SparkTupleCounter", "get_session", "require_pyspark",
            "spark_log_level"]
 
@@ -89,12 +91,10 @@ _WIDE_WORDS = 3  # above this many words per report, explode to (word index, wor
 
 def require_pyspark() -> Any:
     """The ``pyspark`` module, or a DPMarginalsError naming the extra to install."""
-    try:
-        import pyspark
-        import pyspark.sql
-    except ImportError:
-        raise DPMarginalsError(_INSTALL) from None
-    return pyspark
+    from ..core.extras import require
+
+    require("pyspark.sql", extra="spark", what="the spark engine")
+    return require("pyspark", extra="spark", what="the spark engine")
 
 
 def spark_log_level(level: str | None = None) -> str:

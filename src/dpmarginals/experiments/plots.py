@@ -22,8 +22,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..core.errors import DPMarginalsError
-
 __all__ = ["HeatmapPanel", "Panel", "curve_grid", "heatmap_grid", "point_panels", "style"]
 
 _COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
@@ -41,11 +39,9 @@ _FIXED = {  # the same look for a method in every figure
 
 
 def _plt() -> Any:
-    try:
-        import matplotlib
-    except ImportError:  # pragma: no cover - depends on the installation
-        raise DPMarginalsError("drawing figures needs matplotlib: pip install "
-                               "'dpmarginals[experiments]' (or pip install matplotlib)") from None
+    from ..core.extras import require
+
+    matplotlib = require("matplotlib", extra="plots", what="drawing figures")
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 

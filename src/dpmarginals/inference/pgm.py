@@ -55,6 +55,7 @@ import numpy as np
 
 from dpmarginals.core.domain import Domain
 from dpmarginals.core.errors import DPMarginalsError
+from dpmarginals.core.extras import message
 from dpmarginals.inference.maxent import max_entropy
 
 __all__ = [
@@ -69,8 +70,7 @@ __all__ = [
     "select_cliques",
 ]
 
-EXTRA_MESSAGE = ("graphical-model inference (calm-pgm, inference='pgm') needs the optional "
-                 "'pgm' extra: pip install 'dpmarginals[pgm]'")
+EXTRA_MESSAGE = message("pgm", "graphical-model inference (calm-pgm, inference='pgm')")
 
 #: Largest joint table (cells) that :class:`GraphicalModel` materialises to answer queries;
 #: larger models use variable elimination.
