@@ -32,6 +32,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..core.errors import DPMarginalsError
+from ..core.hashing import PRIME
 from ..oracles import FrequencyOracle, fwht, make_oracle
 from ..protocol.counts import Counts
 from ..protocol.plan import Plan
@@ -51,10 +52,8 @@ __all__ = [
 ]
 
 ENGINES = ("numpy", "duckdb", "spark")
-PRIME = (1 << 31) - 1
 OLH_ALL, OLH_INVALID = -1, -2  # sentinel "values" of the OLH join: every report, bad ones
 LANE = (1 << 32) | 1  # (word >> t) & LANE: bit t in the low 32-bit lane, bit t + 32 high
-
 
 
 def check_engine(engine: str) -> str:

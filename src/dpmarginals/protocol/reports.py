@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import DPMarginalsError
+from ..core.hashing import PRIME as _PRIME
 from ..oracles import FrequencyOracle, make_oracle
 from .counts import Counts
 from .plan import Plan
@@ -80,7 +81,6 @@ MAX_GROUP_CELLS = 1 << 20
 
 _ID_BYTES = 16
 _HEX = frozenset("0123456789abcdef")
-_PRIME = (1 << 31) - 1  # OLH's hash family (see dpmarginals.oracles.olh)
 _INT64 = np.dtype("<i8")
 
 REPORT_SCHEMA: dict[str, Any] = {
