@@ -40,8 +40,10 @@ import uvicorn
 from dpmarginals.core.domain import Domain
 from dpmarginals.protocol.client import make_reports
 from dpmarginals.protocol.plan import GroupSpec, Plan
+from dpmarginals.service import synopsis_from_reports
 from dpmarginals.service.app import create_app
 from dpmarginals.service.web import CONTENT_SECURITY_POLICY
+from dpmarginals.synopsis.stderr import standard_errors
 
 CHROMIUM = os.environ.get("DPMARGINALS_CHROMIUM", "/usr/bin/chromium")
 #: Flags for Chromium on a closed network, as root (docs: the machine's notes); Playwright
@@ -135,6 +137,7 @@ class Service:
                 raise RuntimeError("the service did not start")
             time.sleep(0.05)
         self.http = httpx.Client(base_url=self.url, timeout=120)
+        self.reports: dict[str, list[dict[str, Any]]] = {}
 
     def create(self, name: str, plan: Plan, records: np.ndarray | None, seed: int) -> None:
         r = self.http.post("/campaigns", json={"id": name, "plan": plan.to_dict()},
@@ -142,6 +145,7 @@ class Service:
         assert r.status_code == 201, r.text
         if records is not None:  # simulated users (seeded): a test, not a release
             reports = make_reports(plan, records, max_epsilon=2.0, rng=seed)
+            self.reports[name] = reports
             r = self.http.post(f"/campaigns/{name}/reports/batch", json={"reports": reports})
             assert r.status_code == 201, r.text
 
@@ -267,6 +271,28 @@ def test_the_page_is_served_with_a_strict_content_security_policy(service):
     assert "/ui/" not in service.http.get("/openapi.json").json()["paths"]
 
 
+def test_the_api_answers_standard_errors_on_request(service):
+    """``std=true``: the in-process standard errors of the same release, in JSON and CSV."""
+    synopsis = synopsis_from_reports(survey_plan(), service.reports["survey-2025"])
+    for attrs in (["age", "region"], ["sex", "region"]):  # measured, reconstructed
+        query = ",".join(attrs)
+        plain = service.get("/campaigns/survey-2025/marginals", attributes=query).json()
+        assert "std" not in plain
+        answer = service.get("/campaigns/survey-2025/marginals", attributes=query,
+                             std="true").json()
+        assert answer["values"] == plain["values"]
+        table = synopsis.marginal(attrs)
+        assert answer["values"] == table.values.ravel().tolist()
+        std, _ = standard_errors(synopsis, attrs, table.values)
+        assert answer["std"] == std.ravel().tolist()
+        assert answer["reconstructed"] is (attrs == ["sex", "region"])
+        rows = list(csv.reader(io.StringIO(service.get(
+            "/campaigns/survey-2025/marginals", attributes=query, std="true",
+            format="csv").text)))
+        assert rows[0] == [*attrs, "fraction", "std"]
+        assert [float(r[3]) for r in rows[1:]] == answer["std"]
+
+
 def test_the_page_lists_campaigns_and_shows_the_apis_marginal(browser, service):
     view = Page(browser, service)
     assert view.response.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
@@ -303,6 +329,8 @@ def test_the_page_lists_campaigns_and_shows_the_apis_marginal(browser, service):
     answer = service.get("/campaigns/survey-2025/marginals", attributes="region,age").json()
     assert [float(row[2]["value"]) for row in view.table()] == answer["values"]
     assert view.page.inner_text("#basis") == "measured"
+    assert view.page.is_hidden("#std-text") or view.page.inner_text("#std-text") == ""
+    assert view.page.is_hidden("#color-by-row")  # nothing to colour by without std
 
     view.clear()
     view.show(["sex", "region"])  # no group holds sex and region: reconstructed
