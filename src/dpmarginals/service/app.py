@@ -14,7 +14,8 @@ GET      /campaigns/{id}/assignment                 a group for a user (``?count
 POST     /campaigns/{id}/reports                    one report
 POST     /campaigns/{id}/reports/batch              ``{"reports": [...]}``, stored atomically
 GET      /campaigns/{id}/status                     reports per group
-GET      /campaigns/{id}/marginals                  ``?attributes=a,b[&format=csv]``
+GET      /campaigns/{id}/marginals                  ``?attributes=a,b[&std=true][&format=csv]``
+GET      /ui                                        the analyst's web page (:mod:`.web`)
 GET      /campaigns/{id}/reports             yes    every stored report (JSON lines)
 =======  ==================================  =====  =========================================
 
@@ -48,6 +49,7 @@ from ..protocol.plan import Plan
 from ..protocol.reports import BATCH_SCHEMA, MAX_BATCH_REPORTS, REPORT_SCHEMA, ReportError
 from . import answer_domain, synopsis_from_counts
 from .store import Campaign, Store, StoreError, open_store
+from .web import add_web_page
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "ServiceError", "create_app"]
 
@@ -307,6 +309,7 @@ def create_app(
     _add_client_endpoints(app, fa, agg, campaign_id)
     _add_analyst_endpoints(app, fa, agg, campaign_id)
     _add_export_endpoint(app, fa, agg, admin, campaign_id)
+    add_web_page(app)
     return app
 
 
@@ -502,6 +505,8 @@ def _add_analyst_endpoints(app: Any, fa: Any, agg: Aggregator, CampaignId: Any) 
         attributes: Annotated[str, Query(min_length=1, max_length=MAX_QUERY_LENGTH,
                                          description="comma-separated attribute names")],
         format: Annotated[Literal["json", "csv"], Query()] = "json",
+        std: Annotated[bool, Query(description="also per-cell standard errors (`std`; "
+                                   "a bootstrap for reconstructed tables: can be slow)")] = False,
     ) -> Response:
         found = agg.campaign(campaign)
         attrs = [a.strip() for a in attributes.split(",") if a.strip()]
@@ -517,6 +522,10 @@ def _add_analyst_endpoints(app: Any, fa: Any, agg: Aggregator, CampaignId: Any) 
                                f"{MAX_ANSWER_CELLS:,}")
         synopsis, total = agg.synopsis(found)
         table = synopsis.marginal(attrs)
+        if std:
+            from ..synopsis.stderr import standard_errors
+
+            table = table.replace(std=standard_errors(synopsis, table.attributes, table.values)[0])
         if format == "csv":
             return PlainTextResponse(table.to_frame().to_csv(index=False), media_type="text/csv")
         return JSONResponse({"campaign": campaign, "plan_hash": found.plan.hash,
