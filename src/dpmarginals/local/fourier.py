@@ -40,6 +40,7 @@ SSE ``(2^k - 1)^2 C(d, k) / (2^k (2p-1)^2 n)``.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -111,26 +112,44 @@ def coefficient_masks(enc: BinaryEncoding, k: int, support: str) -> np.ndarray:
     return formats.coefficient_masks(enc.domain.sizes, k, support)
 
 
-def _local_masks(enc: BinaryEncoding, attrs: Sequence[str]) -> np.ndarray:
-    """The mask over ``enc``'s code of every local index 0..2^b-1 of the bits of ``attrs``
-    (first attribute most significant: the C order of their binary grid)."""
-    gbits = enc.global_bits(attrs)
-    b = len(gbits)
+def _masks_at(positions: Sequence[int]) -> np.ndarray:
+    """The mask with bits at ``positions`` of every local index 0..2^b-1 over b bits
+    (``positions[0]`` the local index's most significant bit)."""
+    b = len(positions)
     local = np.arange(1 << b, dtype=np.int64)
     gmask = np.zeros(1 << b, dtype=np.int64)
-    for pos, gb in enumerate(gbits):
+    for pos, gb in enumerate(positions):
         gmask |= ((local >> (b - 1 - pos)) & 1) << gb
     return gmask
 
 
-def _coefficients_by_bit(plan: Plan, counts: Counts, group: int) -> tuple[np.ndarray, Any]:
-    """Group ``group``'s reports per (coefficient, bit), shape (|T|, 2), and its ``ht``."""
-    spec = plan.groups[group]
-    if spec.oracle != "ht":
-        raise DPMarginalsError(f"{plan.method}: group {group} reports through {spec.oracle!r}, "
-                               "not Hadamard coefficients (ht)")
-    oracle = group_oracle(plan, group)
-    return counts.supports[group].reshape(-1, 2), oracle
+def _local_masks(enc: BinaryEncoding, attrs: Sequence[str]) -> np.ndarray:
+    """The mask over ``enc``'s code of every local index 0..2^b-1 of the bits of ``attrs``
+    (first attribute most significant: the C order of their binary grid)."""
+    return _masks_at(enc.global_bits(attrs))
+
+
+@functools.lru_cache(maxsize=256)
+def _grid_masks(sizes: tuple[int, ...]) -> np.ndarray:
+    """:func:`_local_masks` of a group of attributes of ``sizes`` over its own code (the
+    ``ht`` format's: first attribute least significant), cached per shape."""
+    bits = formats.attribute_bits(sizes)
+    offsets = np.concatenate(([0], np.cumsum(bits)[:-1])).astype(int).tolist()
+    out = _masks_at([off + t for off, nb in zip(offsets, bits, strict=True)
+                     for t in reversed(range(nb))])
+    out.setflags(write=False)
+    return out
+
+
+def _ht_oracles(plan: Plan, counts: Counts) -> list[Any]:
+    """Every group's ``ht`` format, once the counts are checked against them."""
+    bad = [g.oracle for g in plan.groups if g.oracle != "ht"]
+    if bad:
+        raise DPMarginalsError(f"{plan.method}: a group reports through {bad[0]!r}, not "
+                               "Hadamard coefficients (ht)")
+    oracles = formats.plan_oracles(plan)
+    counts.check([o.size for o in oracles])
+    return oracles
 
 
 def _rr_estimates(by_bit: np.ndarray, p: float) -> tuple[np.ndarray, np.ndarray]:
@@ -343,9 +362,8 @@ class InpHT:
         and counted in ``info["unreported_coefficients"]``."""
         if plan.m != 1:
             raise DPMarginalsError(f"{self.name} releases a plan of one ht group, got {plan.m}")
-        counts.check(formats.support_sizes(plan))
-        by_bit, oracle = _coefficients_by_bit(plan, counts, 0)
-        values, reported = _rr_estimates(by_bit, oracle.p)
+        (oracle,) = _ht_oracles(plan, counts)
+        values, reported = _rr_estimates(counts.supports[0].reshape(-1, 2), oracle.p)
         info = {"plan_hash": plan.hash, **plan.params}
         if (reported == 0).any():
             info["unreported_coefficients"] = int((reported == 0).sum())
@@ -449,7 +467,8 @@ class MargHT:
         order = np.argsort(groups, kind="stable")
         bounds = np.searchsorted(groups[order], np.arange(plan.m + 1))
         supports = []
-        for g, spec in enumerate(plan.groups):
+        for g, (spec, oracle) in enumerate(zip(plan.groups, formats.plan_oracles(plan),
+                                               strict=True)):
             members = order[bounds[g] : bounds[g + 1]]
             gbits = enc.global_bits(spec.attributes)
             b = len(gbits)
@@ -457,9 +476,8 @@ class MargHT:
             signs = ht_reports(_local_codes(codes[members], gbits), alpha, p, src)
             # alpha numbers the coefficients in the C order of the marginal's binary grid;
             # the group's support is indexed by T, the sorted masks over the group's code
-            local = _local_masks(BinaryEncoding(plan.domain.project(spec.attributes)),
-                                 spec.attributes)
-            index = np.searchsorted(group_oracle(plan, g).masks, local[alpha])
+            sizes = tuple(plan.domain.size(a) for a in spec.attributes)
+            index = np.searchsorted(oracle.masks, _grid_masks(sizes)[alpha])
             supports.append(np.bincount(2 * index + (signs < 0), minlength=2 * ((1 << b) - 1)))
         return Counts(supports, np.diff(bounds))
 
@@ -467,19 +485,19 @@ class MargHT:
         """Each marginal's coefficients estimated as InpHT's, inverted by the Walsh-Hadamard
         transform (invalid codes dropped), released by ``inference``.  Every group needs
         reports; a coefficient without any is estimated 0 with the variance of one report."""
-        counts.check(formats.support_sizes(plan))
+        oracles = _ht_oracles(plan, counts)
         empty = np.flatnonzero(counts.users <= 0)
         if empty.size:
             raise DPMarginalsError(f"{plan.method}: {empty.size} of the plan's {plan.m} groups "
                                    f"have no reports yet (group {int(empty[0])} first); every "
                                    "group must report before the release")
         views = []
-        for g, spec in enumerate(plan.groups):
-            by_bit, oracle = _coefficients_by_bit(plan, counts, g)
-            enc = BinaryEncoding(plan.domain.project(spec.attributes))
-            b = enc.d2
-            in_order = by_bit[np.searchsorted(oracle.masks, _local_masks(enc, spec.attributes)
-                                              [1:])]  # C order of the binary grid
+        enc = BinaryEncoding(plan.domain)
+        for g, (spec, oracle) in enumerate(zip(plan.groups, oracles, strict=True)):
+            b = len(enc.global_bits(spec.attributes))
+            grid = _grid_masks(tuple(plan.domain.size(a) for a in spec.attributes))[1:]
+            by_bit = counts.supports[g].reshape(-1, 2)
+            in_order = by_bit[np.searchsorted(oracle.masks, grid)]  # C order of the grid
             values, reported = _rr_estimates(in_order, oracle.p)
             coeffs = np.ones(1 << b)
             coeffs[1:] = values

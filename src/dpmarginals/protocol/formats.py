@@ -62,8 +62,8 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from functools import cached_property
-from itertools import combinations, product
+from functools import cached_property, lru_cache
+from itertools import accumulate, combinations, product
 from typing import Any, ClassVar
 
 import numpy as np
@@ -123,7 +123,7 @@ def attribute_bits(sizes: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _offsets(bits: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(int(x) for x in np.concatenate(([0], np.cumsum(bits)[:-1])).astype(np.int64))
+    return (0, *accumulate(bits))[: len(bits)]
 
 
 def binary_codes(values: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
@@ -154,21 +154,31 @@ def coefficient_count(sizes: tuple[int, ...], k: int, support: str) -> int:
     return sum(e[1:])
 
 
+@lru_cache(maxsize=32)
 def coefficient_masks(sizes: tuple[int, ...], k: int, support: str) -> np.ndarray:
-    """The coefficient set T, sorted int64 bit masks over the binary code (module docstring).
+    """The coefficient set T, sorted int64 bit masks over the binary code (module docstring;
+    cached, read-only).
 
     >>> coefficient_masks((2, 2, 2), 2, "bits").tolist()
     [1, 2, 3, 4, 5, 6]
     """
+    masks = _coefficient_masks(tuple(int(c) for c in sizes), int(k), str(support))
+    masks.setflags(write=False)
+    return masks
+
+
+def _coefficient_masks(sizes: tuple[int, ...], k: int, support: str) -> np.ndarray:
     bits = attribute_bits(sizes)
     offsets = _offsets(bits)
+    wide = [i for i, b in enumerate(bits) if b]
+    top = sum(sorted(bits, reverse=True)[:k])
+    if (support == "bits" and top >= sum(bits)) or (support != "bits" and k >= len(wide)):
+        return np.arange(1, 1 << sum(bits), dtype=np.int64)  # every non-constant mask
     out: list[int] = []
     if support == "bits":
-        top = sum(sorted(bits, reverse=True)[:k])
         for s in range(1, top + 1):
             out.extend(sum(1 << i for i in c) for c in combinations(range(sum(bits)), s))
     else:
-        wide = [i for i, b in enumerate(bits) if b]
         for s in range(1, min(k, len(wide)) + 1):
             for attrs in combinations(wide, s):
                 parts = [[m << offsets[i] for m in range(1, 1 << bits[i])] for i in attrs]
