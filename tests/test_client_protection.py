@@ -230,6 +230,25 @@ def test_a_later_campaign_of_the_same_plan_and_value_reuses_the_randomization(or
     PlanCodec(plan).decode([second])  # a valid report of the plan
 
 
+@pytest.mark.parametrize("name", ["inp_ht", "marg_ht", "inp_htcms", "em", "inp_em"])
+def test_the_report_formats_are_memoized_and_charged_like_the_oracles(name, draws):
+    # ht, cms, em (dpmarginals.protocol.formats): the same value under the same plan reuses
+    # the payload (no draw, no charge); a changed value is a fresh, charged randomization.
+    from dpmarginals.methods import make
+
+    ledger = Ledger()
+    plan = make(name, epsilon=1.0, k=2).plan(DOMAIN, 100_000)
+    first = make_report(plan, RECORD, max_epsilon=1.0, ledger=ledger, campaign="w1")
+    words = draws.words
+    second = make_report(plan, dict(RECORD), max_epsilon=1.0, ledger=ledger, campaign="w2")
+    assert draws.words == words, "the memoized payload was randomized again"
+    assert second["payload"] == first["payload"] and ledger.spent() == 1.0
+    changed = make_report(plan, {"a": 0, "b": 0, "c": 0}, max_epsilon=1.0, ledger=ledger,
+                          campaign="w3")
+    assert draws.words > words and ledger.spent() == 2.0
+    PlanCodec(plan).decode([first, second, changed])
+
+
 def test_a_changed_value_or_another_plan_is_charged_and_an_old_value_is_not():
     ledger = Ledger()
     plan = plan_with("oue")

@@ -258,6 +258,8 @@ def test_out_of_range_reports_of_the_formats_are_refused_by_the_service(api, nam
     r = api.post("/campaigns", json={"id": campaign, "plan": plan.to_dict()}, headers=ADMIN)
     assert r.status_code == 201, r.text
     codec = PlanCodec(plan)
+    fast = codec._decode_batch(reports)  # the column-wise path agrees with report by report
+    assert fast is not None and fast.rows == [codec._decode_one(r)[2] for r in reports]
     oracle = codec.oracle(0)
     good = reports[0]["payload"]
     if name in ("em", "inp_em"):
@@ -270,6 +272,7 @@ def test_out_of_range_reports_of_the_formats_are_refused_by_the_service(api, nam
                "two integers": [0, 1, 0], "two integers ": [-1.0, 0]}
     for reason, payload in bad.items():
         item = dict(reports[1], payload=payload)
+        assert codec._decode_batch([reports[2], item]) is None
         with pytest.raises(ReportError, match=reason.strip()):
             codec.decode([item])
         for path, body in ((f"/campaigns/{campaign}/reports", item),
