@@ -55,6 +55,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from itertools import combinations
 from typing import Any, ClassVar
 
 import numpy as np
@@ -67,7 +68,12 @@ from ..core.table import MarginalTable
 from ..inference import norm_sub
 from ..oracles import FrequencyOracle, adaptive_oracle, make_oracle
 from ..protocol.counts import Counts
-from ..protocol.formats import MAX_GROUP_SUPPORT, AttributeReports, group_oracle
+from ..protocol.formats import (
+    MAX_GROUP_SUPPORT,
+    AttributeReports,
+    group_oracle,
+    kset_histograms,
+)
 from ..protocol.plan import GroupSpec, Plan
 from ..synopsis.base import Synopsis, check_query, views_to_json
 from .direct import every_record
@@ -281,10 +287,15 @@ class EMSynopsis(Synopsis):
 
     @classmethod
     def _from_payload(cls, domain: Domain, method: str, payload: Mapping[str, Any]) -> Synopsis:
-        views = [(tuple(v["attributes"]), np.asarray(v["values"], np.int64))
-                 for v in payload["views"]]
-        out = cls(domain, views,
-                  [np.asarray(x, float) for x in payload["lik"]],
+        lik = [np.asarray(x, float) for x in payload["lik"]]
+        if "views" in payload:
+            views = [(tuple(v["attributes"]), np.asarray(v["values"], np.int64))
+                     for v in payload["views"]]
+        else:  # saved before the k-set histograms: every user's class tuple, counted
+            views = _histograms(domain, np.asarray(payload["classes"], np.int64),
+                                np.asarray(payload["counts"], np.int64),
+                                [m.shape[0] for m in lik], int(payload["info"]["k"]))
+        out = cls(domain, views, lik,
                   [np.asarray(x, float) for x in payload["score"]],
                   str(payload["init"]), float(payload["tol"]), int(payload["max_iter"]),
                   str(payload["on_failure"]), float(payload.get("alpha", 1e-3)), method,
@@ -293,6 +304,14 @@ class EMSynopsis(Synopsis):
             diag = EMDiagnostics(**{**d, "attributes": tuple(d["attributes"])})
             out.diagnostics[diag.attributes] = diag
         return out
+
+
+def _histograms(domain: Domain, tuples: np.ndarray, counts: np.ndarray,
+                classes: list[int], k: int) -> list[tuple[tuple[str, ...], np.ndarray]]:
+    """The histograms of reported class tuples (U, d) with their counts on every k-set."""
+    ksets = list(combinations(range(len(domain)), k))
+    return [(tuple(domain.attributes[i] for i in q), h)
+            for q, h in zip(ksets, kset_histograms(tuples, counts, classes, ksets), strict=True)]
 
 
 @dataclass

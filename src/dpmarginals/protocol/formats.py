@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from itertools import accumulate, combinations, product
@@ -91,6 +92,7 @@ __all__ = [
     "coefficient_count",
     "coefficient_masks",
     "group_oracle",
+    "kset_histograms",
     "plan_oracles",
     "rr_keep",
     "sketch_coefficients",
@@ -441,12 +443,7 @@ class AttributeReports:
 
     def support_of_tuples(self, tuples: np.ndarray, counts: np.ndarray) -> np.ndarray:
         """:meth:`support` from distinct reported tuples (U, d) and their counts (U,)."""
-        parts = []
-        for q in self.ksets:
-            dims = tuple(self.classes[i] for i in q)
-            key = np.ravel_multi_index(tuple(tuples[:, list(q)].T), dims)
-            parts.append(np.bincount(key, weights=counts, minlength=math.prod(dims)))
-        return np.rint(np.concatenate(parts)).astype(np.int64)
+        return np.concatenate(kset_histograms(tuples, counts, self.classes, self.ksets))
 
     def split(self, support: np.ndarray) -> list[np.ndarray]:
         """A support vector -> one histogram per k-set, shaped by the classes."""
@@ -464,6 +461,20 @@ class AttributeReports:
             if oracle is not None:
                 dist = np.outer(dist, oracle.output_distribution(int(v))).ravel()
         return dist
+
+
+def kset_histograms(tuples: np.ndarray, counts: np.ndarray, classes: Sequence[int],
+                    ksets: Sequence[Sequence[int]]) -> list[np.ndarray]:
+    """The histogram (flat, C order, int64) of class tuples (U, d) weighted by ``counts``
+    on each set of columns in ``ksets`` (column j has ``classes[j]`` classes)."""
+    rows = np.asarray(tuples, dtype=np.int64).reshape(-1, len(classes))
+    out = []
+    for q in ksets:
+        dims = tuple(int(classes[i]) for i in q)
+        key = np.ravel_multi_index(tuple(rows[:, list(q)].T), dims)
+        hist = np.bincount(key, weights=counts, minlength=math.prod(dims))
+        out.append(np.rint(hist).astype(np.int64))
+    return out
 
 
 FORMATS = ("ht", "cms", "em")
