@@ -22,7 +22,7 @@ import pytest
 from dpmarginals import Dataset, Domain
 from dpmarginals.core.errors import DPMarginalsError
 from dpmarginals.methods import available, make
-from dpmarginals.synopsis.base import load_synopsis
+from dpmarginals.synopsis.base import load_synopsis, synopsis_from_dict
 from dpmarginals.synopsis.evaluate import evaluate
 
 LOCAL = ["fc", "am", "ft", "em", "be", "inp_rr", "inp_ps", "inp_ht", "marg_rr", "marg_ps",
@@ -190,6 +190,30 @@ def test_inp_olh_aggregate_path_matches_per_user_path():
     assert 0.7 <= fast.var() / slow.var() <= 1.4
 
 
+@pytest.mark.parametrize("name", ["inp_ht", "marg_ht"])
+def test_clients_sampled_coefficients_have_the_same_estimator(name):
+    """A client samples its Hadamard coefficient uniformly (Cormode et al. Alg. 1, the
+    protocol's ``ht`` format; ``group_supports`` makes these reports); ``run`` partitions
+    the users over the coefficients.  Both are counted alike and released by the same
+    ``release``: the sampled path is unbiased too (every cell's mean over 300 runs within
+    4 sd/sqrt(300) of the truth) and its total variance within [0.7, 1.4] of the
+    partition's (about 3 sigma for 300 runs each)."""
+    from dpmarginals.local.collect import group_supports
+
+    data = correlated(2048, 4, seed=9)
+    query = ["a0", "a3"]
+    truth = data.marginal(query).values
+    method = make(name, epsilon=1.0, k=2)
+    plan = method.plan(data.domain, data.n)
+    seeds = np.random.SeedSequence(33).spawn(600)
+    sampled = np.array([method.release(plan, group_supports(data, plan, rng=s))
+                        .marginal(query).values for s in seeds[:300]])
+    partition = np.array([method.run(data, rng=s).marginal(query).values for s in seeds[300:]])
+    half_width = 4 * sampled.std(axis=0, ddof=1) / math.sqrt(300)
+    assert (np.abs(sampled.mean(axis=0) - truth) <= half_width).all()
+    assert 0.7 <= sampled.var(axis=0).sum() / partition.var(axis=0).sum() <= 1.4
+
+
 # -- refusals ------------------------------------------------------------------------------------
 def test_fc_refuses_d32_with_the_memory_it_needs():
     dom = Domain(tuple(f"a{i}" for i in range(32)), (2,) * 32)
@@ -349,6 +373,23 @@ def test_synopsis_round_trips_through_json(name, tmp_path):
         after = again.marginal(["a1", "a3"]).values
     assert type(again) is type(syn) and again.method == name
     assert np.allclose(before, after)
+
+
+def test_an_em_synopsis_saved_with_every_report_tuple_still_loads():
+    # Before issue 16 an EM synopsis kept the distinct reported class tuples and their
+    # counts; it loads as the k-set histograms of those tuples and answers alike.
+    data = correlated(4096, 4, seed=16, sizes=3)
+    method = make("em", epsilon=2.0, k=2)
+    plan = method.plan(data.domain, data.n)
+    syn = method.release(plan, method.simulate(data, plan, rng=4))
+    tuples, counts = np.unique(method.randomize(data, rng=4), axis=0, return_counts=True)
+    old = {k: v for k, v in syn.to_dict().items() if k != "views"}
+    old.update(classes=tuples.tolist(), counts=counts.tolist())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        again = synopsis_from_dict(old)
+        for q in (["a1", "a3"], ["a0"]):
+            np.testing.assert_array_equal(again.marginal(q).values, syn.marginal(q).values)
 
 
 # -- every method end to end through the command line --------------------------------------------

@@ -166,8 +166,16 @@ def test_a_plan_dict_whose_hash_does_not_match_or_is_missing_is_refused(draws):
 def test_wrong_cells_and_unknown_oracles_or_fields_are_refused(draws):
     refused(lambda: make_report(plan_with(cells=7), RECORD, max_epsilon=1.0),
             r"groups\[1\]\.cells = 7 but the marginal over \['b', 'c'\] has 15 cells", draws)
-    refused(lambda: make_report(plan_with(oracle="ht"), RECORD, max_epsilon=1.0),
-            r"groups\[0\]\.oracle = 'ht' is not one of", draws)
+    refused(lambda: make_report(plan_with(oracle="rappor"), RECORD, max_epsilon=1.0),
+            r"groups\[0\]\.oracle = 'rappor' is not one of", draws)
+    # a report format's parameters come from the plan's params: malformed ones are refused
+    ht = plan_with("ht")
+    refused(lambda: make_report(Plan("inp_ht", 1.0, DOMAIN, ht.groups, {"k": "2"}), RECORD,
+                                max_epsilon=1.0), r"groups\[0\] \(ht\): plan params\.k must be",
+            draws)
+    refused(lambda: make_report(Plan("inp_ht", 1.0, DOMAIN, ht.groups, {"k": 2, "support":
+                                                                       "cells"}), RECORD,
+                                max_epsilon=1.0), r"params\.support must be one of", draws)
     refused(lambda: make_report(plan_with(attributes=("b", "z"), cells=6), RECORD,
                                 max_epsilon=1.0), r"'z' is not in the domain", draws)
     # derived oracle parameters (OLH's g, HR's K) are never read from the server
@@ -179,11 +187,11 @@ def test_wrong_cells_and_unknown_oracles_or_fields_are_refused(draws):
             "unknown field 'sampling'", draws)
 
 
-def test_plans_without_groups_are_checked_by_what_their_params_imply(draws):
+def test_per_attribute_and_rr_budgets_are_checked_by_what_their_params_imply(draws):
     em = EM(epsilon=1.0, k=2).plan(DOMAIN, 1000)
     assert check_plan(em, 1.0) is em  # 3 attributes at 1/3 each
-    greedy = Plan(em.method, em.epsilon, em.domain, (), {**em.params,
-                                                          "epsilon_per_attribute": 1.0})
+    greedy = Plan(em.method, em.epsilon, em.domain, em.groups,
+                  {**em.params, "epsilon_per_attribute": 1.0})
     refused(lambda: check_plan(greedy.to_dict(), 1.0), r"params\.epsilon_per_attribute = 1\.0 "
             r"over 3 attributes composes to 3\.0 > the plan's epsilon = 1\.0", draws)
     keep = 1 / (1 + math.exp(-3.0))  # binary randomized response at epsilon 3
@@ -220,6 +228,25 @@ def test_a_later_campaign_of_the_same_plan_and_value_reuses_the_randomization(or
     assert ledger.spent() == 1.0 and ledger.spent("week-2") == 0.0
     assert ledger.campaigns()["week-2"]["reused"] is True
     PlanCodec(plan).decode([second])  # a valid report of the plan
+
+
+@pytest.mark.parametrize("name", ["inp_ht", "marg_ht", "inp_htcms", "em", "inp_em"])
+def test_the_report_formats_are_memoized_and_charged_like_the_oracles(name, draws):
+    # ht, cms, em (dpmarginals.protocol.formats): the same value under the same plan reuses
+    # the payload (no draw, no charge); a changed value is a fresh, charged randomization.
+    from dpmarginals.methods import make
+
+    ledger = Ledger()
+    plan = make(name, epsilon=1.0, k=2).plan(DOMAIN, 100_000)
+    first = make_report(plan, RECORD, max_epsilon=1.0, ledger=ledger, campaign="w1")
+    words = draws.words
+    second = make_report(plan, dict(RECORD), max_epsilon=1.0, ledger=ledger, campaign="w2")
+    assert draws.words == words, "the memoized payload was randomized again"
+    assert second["payload"] == first["payload"] and ledger.spent() == 1.0
+    changed = make_report(plan, {"a": 0, "b": 0, "c": 0}, max_epsilon=1.0, ledger=ledger,
+                          campaign="w3")
+    assert draws.words > words and ledger.spent() == 2.0
+    PlanCodec(plan).decode([first, second, changed])
 
 
 def test_a_changed_value_or_another_plan_is_charged_and_an_old_value_is_not():

@@ -102,3 +102,30 @@ print(report["group"] in (0, 1), len(report["report_id"]), type(many).__name__)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("True 32"), proc.stdout
+
+
+def test_the_client_makes_every_report_format_from_the_plan_alone_with_only_numpy():
+    # ht (InpHT, MargHT), cms (InpHTCMS), em (EM): the plan's JSON is all the device gets.
+    import json
+
+    from dpmarginals.core.domain import Domain
+    from dpmarginals.methods import make
+
+    dom = Domain(("a", "b", "c"), (2, 3, 2))
+    plans = [make(name, epsilon=1.0, k=2).plan(dom, 10_000).to_dict()
+             for name in ("inp_ht", "marg_ht", "inp_htcms", "em")]
+    code = ONLY_ALLOWED.format(allowed={"numpy", "dpmarginals"}) + f"""
+import json
+import numpy as np
+from dpmarginals.protocol.client import make_reports
+from dpmarginals.protocol.reports import support_counts
+from dpmarginals.protocol.plan import Plan
+for spec in json.loads({json.dumps(json.dumps(plans))}):
+    reports = make_reports(spec, np.array([[0, 1, 1], [1, 2, 0]] * 50), max_epsilon=1.0)
+    counts = support_counts(Plan.from_dict(spec), reports)
+    print(spec["method"], counts.n, sum(int(s.sum()) for s in counts.supports) > 0)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:4] == ["inp_ht 100 True", "marg_ht 100 True",
+                                           "inp_htcms 100 True", "em 100 True"], proc.stdout

@@ -13,6 +13,14 @@ path (seeded, so deterministic).  Error budget: one chi-squared goodness-of-fit 
 randomizer at p >= 1e-4, i.e. a correct randomizer fails with probability 1e-4 per test
 for a fresh seed (~6e-4 for the six tests).
 
+The report formats of :mod:`dpmarginals.protocol.formats` (``ht``: InpHT/FT and MargHT;
+``cms``: InpHTCMS; ``em``: EM and InpEM) are checked the same way from the client's side:
+the distribution of the report a device makes from the plan alone (its group uniform, then
+``PlanCodec(plan).oracle(g)``), enumerated over every record, is exactly eps-LDP, equals
+the method's own exposed distribution, and the client's real reports (``make_reports``)
+follow it (five more chi-squared tests at p >= 1e-4: ht for InpHT and for MargHT, cms,
+em with OUE and with GRR).
+
 Finally every local method's ``per_user=True`` run with ``rng=None`` must randomize every
 record with the OS CSPRNG (:class:`~dpmarginals.core.randomness.SecureRandom`).
 """
@@ -37,6 +45,9 @@ from dpmarginals.local.em import EM, InpEM
 from dpmarginals.local.fourier import FT, InpHT, MargHT, coefficient_masks
 from dpmarginals.methods import available, make
 from dpmarginals.oracles import ORACLES, fwht
+from dpmarginals.protocol.client import make_reports
+from dpmarginals.protocol.plan import Plan
+from dpmarginals.protocol.reports import PlanCodec
 
 BIN3 = Domain(("a", "b", "c"), (2, 2, 2))
 BIN4 = Domain(("a", "b", "c", "d"), (2, 2, 2, 2))
@@ -173,20 +184,13 @@ def test_htcms_reports_follow_its_output_distribution():
     assert stats.chisquare(observed, row * n).pvalue >= 1e-4
 
 
-def _em_output_index(method: EM, dom: Domain, reports: list) -> np.ndarray:
-    """Each user's joint output index (C order over attributes) in output_distribution."""
-    parts, widths = [], []
-    for rep, oracle in zip(reports, method.attribute_oracles(dom), strict=True):
-        if oracle is None:
-            parts.append(np.zeros(len(reports[0]), np.int64))
-            widths.append(1)
-        elif oracle.name == "grr":
-            parts.append(np.asarray(rep, np.int64))
-            widths.append(oracle.size)
-        else:  # unary, size <= 8: the packed byte read little-endian is the index
-            parts.append(rep[:, 0].astype(np.int64))
-            widths.append(1 << oracle.size)
-    return np.ravel_multi_index(tuple(parts), tuple(widths))
+def _em_output_index(method: EM, dom: Domain, reports: np.ndarray) -> np.ndarray:
+    """Each user's joint output index (C order over attributes) in output_distribution: a
+    GRR class is the value, a unary one the bit vector read little-endian (the oracles'
+    output index)."""
+    widths = [1 if o is None else o.size if o.name == "grr" else 1 << o.size
+              for o in method.attribute_oracles(dom)]
+    return np.ravel_multi_index(tuple(np.asarray(reports, np.int64).T), tuple(widths))
 
 
 @pytest.mark.parametrize("method", [InpEM(1.0, k=2), EM(1.0, k=2, oracle="oue")],
@@ -217,6 +221,103 @@ def test_be_reports_follow_its_output_distribution():
     expected = np.concatenate([b * u for b, u in zip(blocks, users, strict=True)])
     df = sum(g.cells - 1 for g in plan.groups)
     assert _chi2_pvalue(np.concatenate(supports), expected, df) >= 1e-4
+
+
+# --- the report formats, from the client's side ---------------------------------------------
+# name -> the method whose plan the client reads (k = 2).  Every record differs from every
+# other in some attribute that some report reveals at the full eps: all are tight.
+FORMAT_PLANS: dict[str, Callable[[float], object]] = {
+    "inp_ht": lambda eps: InpHT(eps, k=2),
+    "inp_ht_attributes": lambda eps: InpHT(eps, k=2, support="attributes"),
+    "ft": lambda eps: FT(eps, k=2),
+    "marg_ht": lambda eps: MargHT(eps, k=2),
+    "inp_htcms": lambda eps: InpHTCMS(eps, k=2, hash_seed=3),
+    "inp_htcms_small": lambda eps: InpHTCMS(eps, k=2, g=2, w=4, hash_seed=3),
+    "em": lambda eps: EM(eps, k=2),
+    "em_oue": lambda eps: EM(eps, k=2, oracle="oue"),
+    "em_sue": lambda eps: EM(eps, k=2, oracle="sue"),
+    "inp_em": lambda eps: InpEM(eps, k=2),
+}
+
+
+def _client_distribution(plan: Plan, dom: Domain) -> np.ndarray:
+    """P[(group, payload) | record] of the report a device makes from ``plan`` alone: a
+    uniform group (choose_group; the service's assignment ignores the record too), then its
+    oracle or format as :class:`PlanCodec` builds it, on the record's input.  Columns: the
+    groups in plan order, each its format's outputs (ht, cms: 2 i + b; em: the classes in
+    C order)."""
+    codec = PlanCodec(plan)
+    records = every_record(dom).codes
+    blocks = []
+    for g in range(plan.m):
+        oracle, inputs = codec.oracle(g), codec.inputs(g, records)
+        blocks.append(np.stack([oracle.output_distribution(x) for x in inputs]))
+    return np.concatenate(blocks, axis=1) / plan.m
+
+
+@pytest.mark.parametrize("name", sorted(FORMAT_PLANS))
+@pytest.mark.parametrize("dom", [BIN3, BIN4, MIXED, MIXED3], ids=["2x3", "2x4", "3x2", "3x2x2"])
+@pytest.mark.parametrize("eps", [0.5, 2.0])
+def test_client_report_formats_are_exactly_eps_ldp_and_tight(name, dom, eps):
+    # Exact (no randomness): 1e-12 on the row sums, 1e-9 relative on the ratio.
+    plan = FORMAT_PLANS[name](eps).plan(dom, N_PLAN)  # type: ignore[attr-defined]
+    dist = _client_distribution(plan, dom)
+    _check_rows(dist, dom.cells())
+    worst = _max_ratio(dist)
+    assert worst <= math.exp(eps) * (1 + 1e-9)
+    assert worst >= math.exp(eps) * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("name", sorted(FORMAT_PLANS))
+def test_client_report_formats_are_the_methods_randomizers(name):
+    # The client's report has the law of the method's own randomizer (RANDOMIZERS above):
+    # equal column by column (MargHT: its coefficients permuted from the C order of each
+    # marginal's binary grid to the sorted masks of the plan's coefficient set).
+    from dpmarginals.local.fourier import _local_masks
+
+    method = FORMAT_PLANS[name](1.0)
+    plan = method.plan(MIXED3, N_PLAN)  # type: ignore[attr-defined]
+    client = _client_distribution(plan, MIXED3)
+    own = method.output_distribution(MIXED3)  # type: ignore[attr-defined]
+    if name == "marg_ht":
+        codec, blocks, start = PlanCodec(plan), [], 0
+        for g, spec in enumerate(plan.groups):
+            width = codec.sizes[g]
+            local = _local_masks(BinaryEncoding(MIXED3.project(spec.attributes)),
+                                 spec.attributes)[1:]
+            at = np.searchsorted(codec.oracle(g).masks, local)
+            columns = (2 * at[:, None] + np.arange(2)).ravel()
+            blocks.append(client[:, start:start + width][:, columns])
+            start += width
+        client = np.concatenate(blocks, axis=1)
+    np.testing.assert_allclose(client, own, rtol=1e-12, atol=1e-15)
+
+
+def _payload_index(plan: Plan, reports: list) -> np.ndarray:
+    """Each report's column in :func:`_client_distribution`."""
+    codec = PlanCodec(plan)
+    offsets = np.concatenate([[0], np.cumsum(codec.sizes)[:-1]])
+    out = []
+    for r in reports:
+        oracle = codec.oracle(r["group"])
+        if oracle.name == "em":
+            local = int(np.ravel_multi_index(tuple(r["payload"]), oracle.classes))
+        else:
+            local = 2 * r["payload"][0] + r["payload"][1]
+        out.append(offsets[r["group"]] + local)
+    return np.asarray(out)
+
+
+@pytest.mark.parametrize("name", ["inp_ht", "marg_ht", "inp_htcms_small", "em_oue", "inp_em"])
+def test_the_clients_reports_follow_their_exact_distribution(name):
+    # make_reports (the device's code path) for 60k users with one record of 3 x 2 x 2,
+    # groups drawn by the client; multinomial chi-squared over (group, payload), p >= 1e-4.
+    plan = FORMAT_PLANS[name](1.0).plan(MIXED3, N_PLAN)  # type: ignore[attr-defined]
+    record, n = (2, 0, 1), 60_000
+    reports = make_reports(plan, np.tile(record, (n, 1)), max_epsilon=1.0, rng=404)
+    row = _client_distribution(plan, MIXED3)[MIXED3.index_of(record)]
+    observed = np.bincount(_payload_index(plan, reports), minlength=row.size)
+    assert _chi2_pvalue(observed, row * n, int((row > 0).sum()) - 1) >= 1e-4
 
 
 # --- per_user=True with rng=None: the OS CSPRNG ----------------------------------------------

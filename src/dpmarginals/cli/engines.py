@@ -20,9 +20,11 @@ __all__ = ["register"]
 _DESCRIPTION = """\
 Build the synopsis of a local-DP campaign from its reports in Parquet files
 (ROOT/campaign=<id>/group=<g>/part-*.parquet, as `dpmarginals.engines.export_reports`
-writes them; see docs/engines.md for the schemas): count the reports per (group, cell)
-on the chosen engine, unbias them per oracle, make the marginals consistent, and save
-the synopsis (answer queries with `dpmarginals query`).
+writes them; see docs/engines.md for the schemas): count the reports per group on the
+chosen engine, release the counts with the plan's own method (CALM: unbias per oracle,
+make the marginals consistent; FT: invert the Hadamard coefficients; EM: keep the
+histograms EM answers from; ...), and save the synopsis (answer queries with
+`dpmarginals query`).
 
 engines: duckdb (default; SQL over the files, out of core, all cores), numpy (in
 memory, a batch of files at a time), spark (Apache Spark; `pip install

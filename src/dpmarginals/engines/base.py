@@ -11,6 +11,10 @@ oracle     token counted by the engine                     numpy finish
 grr        the value                                       scatter into a length-L vector
 hr         (j, bit)                                        C(x) = (n + (H S)[x + 1]) / 2, S_j
                                                            = N_j0 - N_j1 (one FWHT, O(K log K))
+ht, cms    (j, bit): the index and the bit                 scatter into the 2 K counts
+em         the reported tuple (v0, ..., v{d-1})            project onto every k-set
+                                                           (``AttributeReports.
+                                                           support_of_tuples``)
 olh        v for every (report, v) with H_seed(v) = y      scatter (the engine joins each
            (a join with the values 0..L-1 and the hash     report with the L values: O(n L)
            in integer arithmetic)                          work, as ``OLH.support``)
@@ -28,13 +32,15 @@ tallies (a value outside the domain, a sentinel count) and raise
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from ..core.errors import DPMarginalsError
 from ..core.hashing import PRIME
-from ..oracles import FrequencyOracle, fwht, make_oracle
+from ..oracles import FrequencyOracle, fwht
 from ..protocol.counts import Counts
+from ..protocol.formats import plan_oracles, support_sizes
 from ..protocol.plan import Plan
 
 __all__ = [
@@ -44,9 +50,11 @@ __all__ = [
     "Counts",
     "batch_key",
     "check_engine",
+    "finish_em",
     "finish_hr",
     "finish_lanes",
     "finish_olh",
+    "finish_pairs",
     "finish_values",
     "plan_oracles",
 ]
@@ -63,20 +71,18 @@ def check_engine(engine: str) -> str:
     return key
 
 
-def plan_oracles(plan: Plan) -> list[FrequencyOracle]:
-    if not isinstance(plan, Plan):
-        raise DPMarginalsError(f"expected a Plan, got {type(plan).__name__}")
-    return [make_oracle(s.oracle, s.epsilon, s.cells) for s in plan.groups]
-
-
-def batch_key(oracle: FrequencyOracle) -> tuple[str, int]:
+def batch_key(oracle: Any) -> tuple[str, int]:
     """Groups with equal keys share a schema and are counted by one engine query."""
     if oracle.name in ("oue", "sue"):
         return ("words", (oracle.size + 63) // 64)
+    if oracle.name in ("hr", "ht", "cms"):
+        return ("pairs", 0)
+    if oracle.name == "em":
+        return ("em", oracle.d)
     return (oracle.name, 0)
 
 
-def _where(g: int, oracle: FrequencyOracle) -> str:
+def _where(g: int, oracle: Any) -> str:
     return f"group {g} ({oracle.name}, {oracle.size} cells)"
 
 
@@ -89,7 +95,7 @@ def _scatter(keys: np.ndarray, counts: np.ndarray, high: int, what: str) -> np.n
     return out
 
 
-def _no_nulls(keys: Sequence[np.ndarray | np.ma.MaskedArray], g: int, o: FrequencyOracle
+def _no_nulls(keys: Sequence[np.ndarray | np.ma.MaskedArray], g: int, o: Any
               ) -> list[np.ndarray]:
     out = []
     for k in keys:
@@ -121,6 +127,31 @@ def finish_hr(oracle: FrequencyOracle, g: int, j: np.ndarray, bit: np.ndarray,
     n = int(by_bit.sum())
     signed = by_bit[:, 0] - by_bit[:, 1]
     return (n + fwht(signed)[1 : oracle.size + 1]) // 2, n
+
+
+def finish_pairs(oracle: Any, g: int, j: np.ndarray, bit: np.ndarray, counts: np.ndarray
+                 ) -> tuple[np.ndarray, int]:
+    """Counts per (j, bit) -> (support, users) of an hr group (:func:`finish_hr`) or of a
+    signed-index format (ht, cms: the counts themselves, at 2 j + bit)."""
+    if oracle.name == "hr":
+        return finish_hr(oracle, g, j, bit, counts)
+    j, bit = _no_nulls([j, bit], g, oracle)
+    counts = np.asarray(counts, dtype=np.int64)
+    _scatter(j, counts, oracle.K, f"{_where(g, oracle)}: {oracle.name} index")
+    _scatter(bit, counts, 2, f"{_where(g, oracle)}: {oracle.name} bit")
+    support = _scatter(2 * j + bit, counts, oracle.size, f"{_where(g, oracle)}: report")
+    return support, int(counts.sum())
+
+
+def finish_em(oracle: Any, g: int, columns: Sequence[np.ndarray], counts: np.ndarray
+              ) -> tuple[np.ndarray, int]:
+    """em: counts per distinct reported tuple -> (support, users)."""
+    cols = _no_nulls(list(columns), g, oracle)
+    counts = np.asarray(counts, dtype=np.int64)
+    for a, (col, c) in enumerate(zip(cols, oracle.classes, strict=True)):
+        _scatter(col, counts, c, f"{_where(g, oracle)}: em class of attribute {a}")
+    tuples = np.column_stack(cols) if cols else np.zeros((0, 0), np.int64)
+    return oracle.support_of_tuples(tuples, counts), int(counts.sum())
 
 
 def finish_olh(oracle: FrequencyOracle, g: int, v: np.ndarray, counts: np.ndarray
@@ -157,7 +188,7 @@ def finish_lanes(oracle: FrequencyOracle, g: int, lanes: np.ndarray, users: int,
 
 
 def empty_counts(plan: Plan) -> Counts:
-    return Counts.zeros([s.cells for s in plan.groups])
+    return Counts.zeros(support_sizes(plan))
 
 
 # -- contribution bounding for the central-DP extraction on SQL engines -------------------

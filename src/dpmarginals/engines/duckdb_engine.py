@@ -1,7 +1,8 @@
 """DuckDB over Parquet files: the embedded, out-of-core default for stored reports.
 
-One SQL query per kind of group (all GRR groups together, all HR groups, all OLH groups,
-the unary-encoding groups of each word count), reading only the part files of the
+One SQL query per kind of group (all GRR groups together, all groups of (j, bit) reports
+-- HR, ht, cms --, all OLH groups, the unary-encoding groups of each word count, the EM
+groups of each width), reading only the part files of the
 groups concerned, with ``group`` from the Hive-style path.  The queries are pure SQL
 aggregations (no Python per report); numpy finishes the small tallies
 (:mod:`.base`).  DuckDB streams the files, so memory stays small whatever their size.
@@ -30,9 +31,10 @@ from .base import (
     Counts,
     batch_key,
     empty_counts,
-    finish_hr,
+    finish_em,
     finish_lanes,
     finish_olh,
+    finish_pairs,
     finish_values,
     plan_oracles,
     priority_seed,
@@ -107,8 +109,10 @@ class DuckDBEngine:
             try:
                 if kind == "grr":
                     result = self._grr(src)
-                elif kind == "hr":
-                    result = self._hr(src)
+                elif kind == "pairs":
+                    result = self._pairs(src)
+                elif kind == "em":
+                    result = self._tuples(src, width)
                 elif kind == "olh":
                     result = self._olh(src, [(g, oracles[g]) for g in groups])
                 else:
@@ -121,9 +125,12 @@ class DuckDBEngine:
                 part = {k: v[at] for k, v in result.items()}
                 if kind == "grr":
                     supports[g], users[g] = finish_values(oracles[g], g, part["k"], part["n"])
-                elif kind == "hr":
-                    supports[g], users[g] = finish_hr(oracles[g], g, part["j"], part["bit"],
-                                                      part["n"])
+                elif kind == "pairs":
+                    supports[g], users[g] = finish_pairs(oracles[g], g, part["j"],
+                                                         part["bit"], part["n"])
+                elif kind == "em":
+                    supports[g], users[g] = finish_em(
+                        oracles[g], g, [part[f"v{i}"] for i in range(width)], part["n"])
                 elif kind == "olh":
                     supports[g], users[g] = finish_olh(oracles[g], g, part["v"], part["n"])
                 else:
@@ -156,8 +163,12 @@ class DuckDBEngine:
         return self._fetch(f'SELECT "group", value AS k, count(*) AS n FROM {src} '
                            'GROUP BY ALL')
 
-    def _hr(self, src: str) -> dict[str, np.ndarray]:
+    def _pairs(self, src: str) -> dict[str, np.ndarray]:
         return self._fetch(f'SELECT "group", j, bit, count(*) AS n FROM {src} GROUP BY ALL')
+
+    def _tuples(self, src: str, width: int) -> dict[str, np.ndarray]:
+        cols = ", ".join(f"v{i}" for i in range(width))
+        return self._fetch(f'SELECT "group", {cols}, count(*) AS n FROM {src} GROUP BY ALL')
 
     def _olh(self, src: str, groups: list[tuple[int, Any]]) -> dict[str, np.ndarray]:
         gs, vs, hs = [], [], []

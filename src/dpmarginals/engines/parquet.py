@@ -20,6 +20,10 @@ oracle     columns                      meaning
 ``olh``    ``seed``, ``y``              seed = a * 2^32 + b of H(v) = ((a v + b) mod
                                         (2^31 - 1)) mod g, and the reported hash y in 0..g-1
 ``hr``     ``j``, ``bit``               Hadamard coefficient index j in 0..K-1, bit in {0, 1}
+``ht``,    ``j``, ``bit``               the index i of the report [i, b] (coefficient;
+``cms``                                 sketch row and column j w + l) and the bit b
+``em``     ``v0`` .. ``v{d-1}``         the reported class of each of the group's d
+                                        attributes (``dpmarginals.protocol.formats``)
 =========  ===========================  ==================================================
 
 Each file's key-value metadata ``dpmarginals`` holds JSON with the plan hash, campaign,
@@ -68,7 +72,7 @@ from ..core.errors import DPMarginalsError
 from ..core.extras import lazy
 from ..core.hashing import PRIME
 from ..datasets.sparse import SparseRecords, read_records
-from ..oracles import FrequencyOracle, make_oracle
+from ..protocol.formats import plan_oracles
 from ..protocol.plan import Plan
 
 pa = lazy("pyarrow", extra="engines", what="reading or writing Parquet")
@@ -107,12 +111,12 @@ _CAMPAIGN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
 # -- schemas ------------------------------------------------------------------------------
-def words(oracle: FrequencyOracle) -> int:
+def words(oracle: Any) -> int:
     """W = ceil(L / 64): the 64-bit words of a unary-encoding report."""
     return (oracle.size + 63) // 64
 
 
-def report_columns(oracle: FrequencyOracle) -> list[str]:
+def report_columns(oracle: Any) -> list[str]:
     """The Parquet columns of ``oracle``'s reports (see the module docstring)."""
     name = oracle.name
     if name == "grr":
@@ -121,12 +125,14 @@ def report_columns(oracle: FrequencyOracle) -> list[str]:
         return [f"word{i}" for i in range(words(oracle))]
     if name == "olh":
         return ["seed", "y"]
-    if name == "hr":
+    if name in ("hr", "ht", "cms"):
         return ["j", "bit"]
+    if name == "em":
+        return [f"v{i}" for i in range(oracle.d)]
     raise DPMarginalsError(f"oracle {name!r} has no Parquet report schema")
 
 
-def report_schema(oracle: FrequencyOracle, metadata: Mapping[str, Any] | None = None
+def report_schema(oracle: Any, metadata: Mapping[str, Any] | None = None
                   ) -> pa.Schema:
     """The Arrow schema of ``oracle``'s report files (all int64, non-null)."""
     fields = [pa.field(c, pa.int64(), nullable=False) for c in report_columns(oracle)]
@@ -134,7 +140,7 @@ def report_schema(oracle: FrequencyOracle, metadata: Mapping[str, Any] | None = 
     return pa.schema(fields, metadata=meta)
 
 
-def _check_native(oracle: FrequencyOracle, native: Any) -> np.ndarray:
+def _check_native(oracle: Any, native: Any) -> np.ndarray:
     """Validate a native report array (as ``oracle.perturb`` returns) without counting it."""
     name, size = oracle.name, oracle.size
     arr = np.asarray(native)
@@ -162,6 +168,12 @@ def _check_native(oracle: FrequencyOracle, native: Any) -> np.ndarray:
             raise DPMarginalsError(f"grr reports must be 1-D, got shape {arr.shape}")
         check(arr, size, "grr value")
         return arr
+    if name == "em":
+        if arr.ndim != 2 or arr.shape[1] != oracle.d:
+            raise DPMarginalsError(f"em reports must have shape (n, {oracle.d}), got {arr.shape}")
+        for a, c in enumerate(oracle.classes):
+            check(arr[:, a], c, f"em class of attribute {a}")
+        return arr
     if arr.ndim != 2 or arr.shape[1] != 2:
         raise DPMarginalsError(f"{name} reports must have shape (n, 2), got {arr.shape}")
     if name == "olh":
@@ -173,12 +185,12 @@ def _check_native(oracle: FrequencyOracle, native: Any) -> np.ndarray:
                                    "hash family")
         check(arr[:, 1], oracle.g, "olh hashed value")  # type: ignore[attr-defined]
     else:
-        check(arr[:, 0], oracle.K, "hr index")  # type: ignore[attr-defined]
-        check(arr[:, 1], 2, "hr bit")
+        check(arr[:, 0], oracle.K, f"{name} index")
+        check(arr[:, 1], 2, f"{name} bit")
     return arr
 
 
-def to_table(oracle: FrequencyOracle, native: Any,
+def to_table(oracle: Any, native: Any,
              metadata: Mapping[str, Any] | None = None) -> pa.Table:
     """Native reports (validated) -> an Arrow table in the oracle's Parquet schema."""
     arr = _check_native(oracle, native)
@@ -192,11 +204,11 @@ def to_table(oracle: FrequencyOracle, native: Any,
         as_words = padded.view("<i8")
         cols = [np.ascontiguousarray(as_words[:, i]) for i in range(w)]
     else:
-        cols = [np.ascontiguousarray(arr[:, 0]), np.ascontiguousarray(arr[:, 1])]
+        cols = [np.ascontiguousarray(arr[:, i]) for i in range(arr.shape[1])]
     return pa.Table.from_arrays([pa.array(c, type=pa.int64()) for c in cols], schema=schema)
 
 
-def from_table(oracle: FrequencyOracle, table: pa.Table | pa.RecordBatch) -> np.ndarray:
+def from_table(oracle: Any, table: pa.Table | pa.RecordBatch) -> np.ndarray:
     """An Arrow table/batch in the oracle's schema -> native reports (nulls raise)."""
     cols = []
     for name in report_columns(oracle):
@@ -328,7 +340,7 @@ class ReportWriter:
         self.campaign = _check_campaign(campaign)
         self.dir = campaign_path(root, campaign)
         self.rows_per_file = int(rows_per_file)
-        self.oracles = [make_oracle(s.oracle, s.epsilon, s.cells) for s in plan.groups]
+        self.oracles = plan_oracles(plan)
         self.counts: dict[int, int] = {}
         self._buffer: dict[int, list[np.ndarray]] = {}
         self._buffered: dict[int, int] = {}

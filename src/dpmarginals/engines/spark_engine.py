@@ -48,9 +48,10 @@ from .base import (
     Counts,
     batch_key,
     empty_counts,
-    finish_hr,
+    finish_em,
     finish_lanes,
     finish_olh,
+    finish_pairs,
     finish_values,
     plan_oracles,
     priority_seed,
@@ -251,8 +252,11 @@ class SparkEngine:
                 continue
             if kind == "grr":
                 res = _to_numpy(frame.groupBy("group", "value").count())
-            elif kind == "hr":
+            elif kind == "pairs":
                 res = _to_numpy(frame.groupBy("group", "j", "bit").count())
+            elif kind == "em":
+                res = _to_numpy(frame.groupBy("group", *[f"v{i}" for i in range(width)])
+                                .count())
             elif kind == "olh":
                 res = _to_numpy(self._olh(frame, [(g, oracles[g]) for g in groups]))
             else:
@@ -263,9 +267,12 @@ class SparkEngine:
                 if kind == "grr":
                     supports[g], users[g] = finish_values(oracles[g], g, part["value"],
                                                           part["count"])
-                elif kind == "hr":
-                    supports[g], users[g] = finish_hr(oracles[g], g, part["j"], part["bit"],
-                                                      part["count"])
+                elif kind == "pairs":
+                    supports[g], users[g] = finish_pairs(oracles[g], g, part["j"], part["bit"],
+                                                         part["count"])
+                elif kind == "em":
+                    supports[g], users[g] = finish_em(
+                        oracles[g], g, [part[f"v{i}"] for i in range(width)], part["count"])
                 elif kind == "olh":
                     supports[g], users[g] = finish_olh(oracles[g], g, part["v"], part["count"])
                 elif at.any():

@@ -11,6 +11,10 @@ Two paths produce the support counts:
 * ``per_user=False`` (default for simulation): the support vector is drawn from its
   exact distribution given the group's true counts (``oracle.sample_support``);
   ``tests/test_collect.py`` checks both paths agree in distribution.
+
+A group of a report format (:mod:`dpmarginals.protocol.formats`: InpHT, MargHT,
+InpHTCMS, EM) has no aggregate sampler: its users' reports are always made one by one,
+as the client makes them (``per_user`` only chooses OS entropy when ``rng`` is None).
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ from ..core.dataset import Dataset
 from ..core.errors import DPMarginalsError
 from ..core.randomness import RNGLike, client_rng, simulation_rng
 from ..inference.views import NoisyView
-from ..oracles import make_oracle
+from ..oracles import ORACLES, make_oracle
 from ..protocol.counts import Counts
+from ..protocol.formats import group_oracle
 from ..protocol.plan import Plan
 
 __all__ = ["Counts", "assign_groups", "collect", "estimate_views", "group_supports"]
@@ -58,8 +63,13 @@ def group_supports(
     supports = []
     for g, spec in enumerate(plan.groups):
         members = order[bounds[g] : bounds[g + 1]]
+        oracle = group_oracle(plan, g)
+        if spec.oracle not in ORACLES:  # a report format: every report made as the client does
+            values = data.take(members).codes[:, list(data.domain.indices(spec.attributes))]
+            native = oracle.perturb(oracle.encode(values), rng=source)
+            supports.append(np.asarray(oracle.support(native)))
+            continue
         cells = data.take(members).cell_indices(spec.attributes)
-        oracle = make_oracle(spec.oracle, spec.epsilon, spec.cells)
         if per_user:
             supports.append(np.asarray(oracle.support(oracle.perturb(cells, rng=source))))
         else:
@@ -72,7 +82,8 @@ def estimate_views(plan: Plan, supports: list[np.ndarray] | Counts,
                    users: np.ndarray | None = None) -> list[NoisyView]:
     """Unbias each group's support counts into a noisy marginal (CALM §4.2 step 2).
 
-    ``estimate_views(plan, counts)`` or ``estimate_views(plan, supports, users)``."""
+    ``estimate_views(plan, counts)`` or ``estimate_views(plan, supports, users)``; every
+    group reports through a frequency oracle."""
     if isinstance(supports, Counts):
         supports, users = supports
     views = []

@@ -38,7 +38,9 @@ from ..core.hashing import PRIME as HASH_PRIME
 from ..core.hashing import independent_collision
 from ..core.randomness import RandomSource, RNGLike, client_rng, simulation_rng
 from ..oracles import fwht
-from ..protocol.plan import Plan
+from ..protocol.counts import Counts
+from ..protocol.formats import bits_for, sketch_coefficients, sketch_hash, support_sizes
+from ..protocol.plan import GroupSpec, Plan
 from .binary_encoding import BE, BinaryEncoding
 from .direct import (
     AM,
@@ -46,7 +48,6 @@ from .direct import (
     FC,
     POSTPROCESS,
     FullTableSynopsis,
-    bits_for,
     check_choice,
     check_k,
     check_positive_int,
@@ -141,14 +142,11 @@ def sketch_hashes(seed: int, g: int, w: int, cells: int) -> np.ndarray:
     """h_j(x) = ((a x^2 + b x + c) mod P) mod w for x < cells, j < g: shape (g, cells).
 
     Degree-2 polynomials with uniform coefficients mod P = 2^31 - 1 are 3-wise independent
-    (Cormode et al. B.2); the coefficients come from the public ``seed``.
+    (Cormode et al. B.2); the coefficients come from the public ``seed``
+    (:func:`~dpmarginals.protocol.formats.sketch_coefficients`, as the client draws them).
     """
-    gen = np.random.default_rng(seed)
-    coef = gen.integers(0, HASH_PRIME, size=(3, g, 1), dtype=np.int64)
-    x = np.arange(cells, dtype=np.int64)[None, :]
-    t = coef[0] * x % HASH_PRIME  # every product stays below 2^62
-    t = (t * x + coef[1] * x % HASH_PRIME + coef[2]) % HASH_PRIME
-    return t % w
+    coef = sketch_coefficients(seed, g)[:, :, None]
+    return sketch_hash(coef, np.arange(cells, dtype=np.int64)[None, :], w)
 
 
 def cms_reports(cells: np.ndarray, hashes: np.ndarray, w: int, p: float,
@@ -177,6 +175,9 @@ class InpHTCMS:
     the public ``hash_seed`` (drawn from the run's ``rng`` when None).  Defaults g = 5,
     w = 256 as in B.2.  No analytic error is given by the papers; ``noise_sse`` in the plan
     is the sketch's noise term only (hash collisions add a data-dependent error).
+
+    The plan has one group of every attribute in the protocol's ``cms`` format: a report
+    (j, l, b) travels as ``[j w + l, b]`` and the support counts reports per (j, l, b).
     """
 
     epsilon: float
@@ -217,25 +218,50 @@ class InpHTCMS:
                   "report_bits": bits_for(self.g) + bits_for(self.w) + 1, "table2_bits": None,
                   "var0": per_cell, "variance_factor": None, "expected_sse": None,
                   "noise_sse": 2**self.k * per_cell * (n_c + n_c * (n_c - 1) / self.w)}
-        return Plan(self.name, self.epsilon, domain, (), params)
+        group = GroupSpec(tuple(domain.attributes), "cms", self.epsilon, cells)
+        return Plan(self.name, self.epsilon, domain, (group,), params)
 
     def run(self, data: Dataset, *, rng: RNGLike = None) -> FullTableSynopsis:
+        """Plan (the hash seed drawn from ``rng`` unless fixed), simulated collection
+        (:meth:`simulate`), release."""
         sim = simulation_rng(rng)
         seed = self.hash_seed if self.hash_seed is not None else int(sim.integers(2**62))
         plan = self.plan(data.domain, data.n, hash_seed=seed)
+        # the seeded stream continues from the seed's draw; None keeps OS entropy
+        return self.release(plan, self.simulate(data, plan, rng=None if rng is None else sim))
+
+    def simulate(self, data: Dataset, plan: Plan, *, rng: RNGLike = None) -> Counts:
+        """The Counts of ``plan``'s collection with every row of ``data`` as one user
+        (:func:`cms_reports`; OS entropy when ``per_user=True`` and ``rng`` is None)."""
+        sim = simulation_rng(rng)
         src = client_rng(None) if (self.per_user and rng is None) else sim
-        p, coll = plan.params["p"], plan.params["collision_probability"]
-        cells = data.domain.cells()
-        hashes = sketch_hashes(seed, self.g, self.w, cells)
-        x = data.cell_indices(data.domain.attributes)
-        j, col, signs = cms_reports(x, hashes, self.w, p, src)
-        sums = np.bincount(j * self.w + col, weights=signs,
-                           minlength=self.g * self.w).reshape(self.g, self.w)
-        sketch = fwht(sums) * (self.g / (2 * p - 1))  # M[j, c]
-        est = sketch[np.arange(self.g)[:, None], hashes].mean(axis=0)  # per cell, counts
-        table = (est / data.n - coll) / (1 - coll)
+        g, w = plan.params["g"], plan.params["w"]
+        hashes = sketch_hashes(plan.params["hash_seed"], g, w, plan.domain.cells())
+        j, col, signs = cms_reports(data.cell_indices(plan.domain.attributes), hashes, w,
+                                    rr_keep(plan.epsilon), src)
+        support = np.bincount(2 * (j * w + col) + (signs < 0), minlength=2 * g * w)
+        return Counts([support], [data.n])
+
+    def release(self, plan: Plan, counts: Counts) -> FullTableSynopsis:
+        """The sketch M[j, c] = c_eps g sum_l S[j, l] H_w[l, c] from the signed sums per
+        (j, l), every cell's mean over the g rows, collisions removed (class docstring);
+        g, w and the hash seed are the plan's."""
+        if plan.m != 1 or plan.groups[0].oracle != "cms":
+            raise DPMarginalsError(f"{self.name} releases a plan of one cms group")
+        counts.check(support_sizes(plan))
+        n = int(counts.users[0])
+        if n <= 0:
+            raise DPMarginalsError(f"{self.name}: no reports yet")
+        g, w = plan.params["g"], plan.params["w"]
+        p, coll = rr_keep(plan.epsilon), independent_collision(w)
+        by_bit = counts.supports[0].reshape(g, w, 2)
+        sums = by_bit[:, :, 0] - by_bit[:, :, 1]  # S[j, l]
+        sketch = fwht(sums) * (g / (2 * p - 1))  # M[j, c]
+        hashes = sketch_hashes(plan.params["hash_seed"], g, w, plan.domain.cells())
+        est = sketch[np.arange(g)[:, None], hashes].mean(axis=0)  # per cell, counts
+        table = (est / n - coll) / (1 - coll)
         info = {"plan_hash": plan.hash, **plan.params}
-        return FullTableSynopsis(data.domain, table, self.name, info, self.postprocess)
+        return FullTableSynopsis(plan.domain, table, self.name, info, self.postprocess)
 
     def output_distribution(self, domain: Domain, hash_seed: int | None = None) -> np.ndarray:
         """P[(j, l, b) | record] of :func:`cms_reports` for every record of ``domain`` (rows:

@@ -48,6 +48,7 @@ from ..core.table import MarginalTable
 from ..inference import norm_sub, project
 from ..inference.views import NoisyView
 from ..oracles import ORACLES, adaptive_oracle, best_oracle, make_oracle
+from ..protocol.formats import bits_for
 from ..protocol.plan import GroupSpec, Plan
 from ..synopsis.base import Synopsis, check_query, views_from_json, views_to_json
 from .collect import Counts, estimate_views, group_supports
@@ -72,12 +73,7 @@ VIEW_INFERENCE = ("views", "pgm")
 DEFAULT_MAX_MEMORY = 2**31  # bytes
 
 
-# -- small shared helpers (used by every baseline module) -------------------------------
-def bits_for(count: int) -> int:
-    """ceil(log2 count): bits to name one of ``count`` things (0 for count <= 1)."""
-    return max(int(count) - 1, 0).bit_length()
-
-
+# -- small shared helpers (used by every baseline module; bits_for from the protocol) ----
 def human_bytes(nbytes: float) -> str:
     """A byte count for an error message: '137.4 GB'."""
     value = float(nbytes)

@@ -8,7 +8,17 @@ reconstructed by Expectation Maximization over the users' reported Q-tuples (Fan
     T <- T * (1/n) sum_j L_j / <L_j, T>,   L_j(v) = prod_{a in Q} l_a(y_a^j | v_a),
 
 with users grouped by identical reported tuples so one iteration costs O(#distinct tuples x
-cells), never a loop over users.  GRR likelihoods are p / q; OUE/SUE ones are
+cells), never a loop over users.
+
+**Collection** (:mod:`dpmarginals.protocol.formats`, format ``em``): the plan has one group
+of every attribute; a report is each attribute's reported class (GRR: the value; OUE/SUE:
+the bit vector read as an integer).  EM needs, for a query Q, the histogram of the users'
+reported Q-tuples; the support keeps it for every k-set of attributes (mergeable, of a size
+fixed by the plan: the sum over k-sets of the product of their classes), so a query of at
+most k attributes is answered from a k-set containing it and a larger one is an error.  A
+unary report of c values has 2^c classes, so "adaptive" (CALM §5.1) takes OUE only for
+attributes of at most :data:`MAX_UNARY_VALUES` values and GRR above (in CALM's settings,
+c <= 3, it is GRR anyway).  GRR likelihoods are p / q; OUE/SUE ones are
 (p/q)^{y[x]} ((1-p)/(1-q))^{1-y[x]} up to a factor independent of x.
 
 * ``em`` (CALM §3.6): the per-attribute oracle chosen adaptively (§5.1), EM initialised
@@ -45,6 +55,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from itertools import combinations
 from typing import Any, ClassVar
 
 import numpy as np
@@ -52,12 +63,19 @@ import numpy as np
 from ..core.dataset import Dataset
 from ..core.domain import Domain
 from ..core.errors import DPMarginalsError, check_choice, check_epsilon, check_k, check_positive_int
-from ..core.randomness import RNGLike, client_rng
+from ..core.randomness import RNGLike
 from ..core.table import MarginalTable
 from ..inference import norm_sub
 from ..oracles import FrequencyOracle, adaptive_oracle, make_oracle
-from ..protocol.plan import Plan
-from ..synopsis.base import Synopsis
+from ..protocol.counts import Counts
+from ..protocol.formats import (
+    MAX_GROUP_SUPPORT,
+    AttributeReports,
+    group_oracle,
+    kset_histograms,
+)
+from ..protocol.plan import GroupSpec, Plan
+from ..synopsis.base import Synopsis, check_query, views_to_json
 from .direct import every_record
 
 __all__ = ["EM", "EMDiagnostics", "EMFailureWarning", "EMSynopsis", "InpEM", "em_marginal"]
@@ -66,6 +84,8 @@ INITS = ("unbiased", "uniform")
 ON_FAILURE = ("warn", "raise", "fallback")
 ATTRIBUTE_ORACLES = ("adaptive", "grr", "oue", "sue")
 FLOOR = 1e-12
+MAX_UNARY_VALUES = 8
+"""EM's unary reports: at most 2^8 = 256 classes per attribute (module docstring)."""
 
 
 class EMFailureWarning(UserWarning):
@@ -87,24 +107,21 @@ class EMDiagnostics:
     reason: str
 
 
-def _attribute_reports(
-    reports: np.ndarray | None, oracle: FrequencyOracle | None, n: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One attribute's per-user reports as (class ids, likelihood matrix, score matrix).
+def _class_matrices(oracle: FrequencyOracle | None) -> tuple[np.ndarray, np.ndarray]:
+    """One attribute's (likelihood, score) matrices, row r for reported class r.
 
-    Class r has likelihood ``lik[r, x]`` (up to a factor independent of x) and unbiased
-    indicator ``score[r, x]`` (E[score[class, x]] = 1[value = x]).
+    ``lik[r, x]``: P[class r | value x] up to a factor independent of x; ``score[r, x]``:
+    unbiased for 1[value = x] (E[score[class, x]] = 1[value = x]).  GRR: class = the value;
+    OUE/SUE: class = the bit vector as an integer (bit x of r is value x's bit).
     """
-    if oracle is None or reports is None:
-        return np.zeros(n, np.int64), np.ones((1, 1)), np.ones((1, 1))
+    if oracle is None:
+        return np.ones((1, 1)), np.ones((1, 1))
     p, q = oracle.p, oracle.q
     if oracle.name == "grr":
         eye = np.eye(oracle.size)
-        return np.asarray(reports, np.int64), q + (p - q) * eye, (eye - q) / (p - q)
-    bits = oracle.unpack(reports)  # type: ignore[attr-defined]
-    patterns, classes = np.unique(bits, axis=0, return_inverse=True)
-    lik = np.where(patterns, p / q, (1 - p) / (1 - q))
-    return classes.ravel().astype(np.int64), lik, (patterns - q) / (p - q)
+        return q + (p - q) * eye, (eye - q) / (p - q)
+    patterns = (np.arange(1 << oracle.size)[:, None] >> np.arange(oracle.size)) & 1
+    return np.where(patterns, p / q, (1 - p) / (1 - q)), (patterns - q) / (p - q)
 
 
 def _joint(mats: Sequence[np.ndarray], rows: np.ndarray) -> np.ndarray:
@@ -141,12 +158,12 @@ def _loglik(lik: np.ndarray, weights: np.ndarray, t: np.ndarray) -> float:
 
 @dataclass(eq=False)
 class EMSynopsis(Synopsis):
-    """Every user's per-attribute report classes (grouped), answering marginals by EM."""
+    """The histograms of the users' reported classes on every k-set of attributes (the
+    ``em`` format's counts), answering marginals of at most k attributes by EM."""
 
     kind: ClassVar[str] = "em_reports"
     domain: Domain
-    classes: np.ndarray  # (U, d) distinct report-class tuples
-    counts: np.ndarray  # (U,) users per tuple
+    views: list[tuple[tuple[str, ...], np.ndarray]]  # (k-set, histogram shaped by classes)
     lik: list[np.ndarray]
     score: list[np.ndarray]
     init: str = "unbiased"
@@ -159,10 +176,13 @@ class EMSynopsis(Synopsis):
     diagnostics: dict[tuple[str, ...], EMDiagnostics] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.classes = np.asarray(self.classes, np.int64).reshape(-1, len(self.domain))
-        self.counts = np.asarray(self.counts, np.int64)
         self.lik = [np.asarray(x, float) for x in self.lik]
         self.score = [np.asarray(x, float) for x in self.score]
+        classes = [m.shape[0] for m in self.lik]
+        self.views = [(tuple(a), np.asarray(h, np.int64).reshape(
+            [classes[i] for i in self.domain.indices(a)])) for a, h in self.views]
+        if not self.views:
+            raise DPMarginalsError("an EM synopsis needs at least one histogram")
         check_choice(self.init, "init", INITS)
         check_choice(self.on_failure, "on_failure", ON_FAILURE)
         for key in ("em_queries", "em_failures", "em_stopped_at_prior", "em_stopped_at_start",
@@ -172,15 +192,28 @@ class EMSynopsis(Synopsis):
 
     @property
     def n(self) -> int:
-        return int(self.counts.sum())
+        return int(self.views[0][1].sum())
 
     def _grouped(self, attrs: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The reported ``attrs``-tuples (from a k-set's histogram) as (likelihoods, weights,
+        scores), one row per tuple reported at least once, in C order."""
+        check_query(self.domain, attrs)
+        found = next(((a, h) for a, h in self.views if set(attrs) <= set(a)), None)
+        if found is None:
+            k = len(self.views[0][0])
+            raise DPMarginalsError(
+                f"{self.method} kept the reports' {k}-way histograms and none contains "
+                f"{list(attrs)}; it cannot answer this query (collect with a larger k)")
+        view_attrs, hist = found
+        keep = tuple(view_attrs.index(a) for a in attrs)
+        drop = tuple(i for i in range(len(view_attrs)) if i not in keep)
+        projected = np.transpose(hist.sum(axis=drop), np.argsort(np.argsort(keep)))
+        present = np.flatnonzero(projected)
+        tuples = np.column_stack(np.unravel_index(present, projected.shape))
+        weights = projected.ravel()[present] / projected.sum()
         cols = list(self.domain.indices(attrs))
-        uniq, inv = np.unique(self.classes[:, cols], axis=0, return_inverse=True)
-        weights = np.bincount(inv.ravel(), weights=self.counts, minlength=uniq.shape[0])
-        weights = weights / weights.sum()
-        lik = _joint([self.lik[c] for c in cols], uniq)
-        score = _joint([self.score[c] for c in cols], uniq)
+        lik = _joint([self.lik[c] for c in cols], tuples)
+        score = _joint([self.score[c] for c in cols], tuples)
         return lik, weights, score
 
     def unbiased_marginal(self, attrs: Sequence[str]) -> MarginalTable:
@@ -248,15 +281,21 @@ class EMSynopsis(Synopsis):
     def _payload(self) -> dict[str, Any]:
         return {"info": self.info, "init": self.init, "tol": self.tol,
                 "max_iter": self.max_iter, "on_failure": self.on_failure, "alpha": self.alpha,
-                "classes": self.classes.tolist(), "counts": self.counts.tolist(),
+                "views": views_to_json(self.views),
                 "lik": [x.tolist() for x in self.lik], "score": [x.tolist() for x in self.score],
                 "diagnostics": [asdict(d) for d in self.diagnostics.values()]}
 
     @classmethod
     def _from_payload(cls, domain: Domain, method: str, payload: Mapping[str, Any]) -> Synopsis:
-        out = cls(domain, np.asarray(payload["classes"], np.int64),
-                  np.asarray(payload["counts"], np.int64),
-                  [np.asarray(x, float) for x in payload["lik"]],
+        lik = [np.asarray(x, float) for x in payload["lik"]]
+        if "views" in payload:
+            views = [(tuple(v["attributes"]), np.asarray(v["values"], np.int64))
+                     for v in payload["views"]]
+        else:  # saved before the k-set histograms: every user's class tuple, counted
+            views = _histograms(domain, np.asarray(payload["classes"], np.int64),
+                                np.asarray(payload["counts"], np.int64),
+                                [m.shape[0] for m in lik], int(payload["info"]["k"]))
+        out = cls(domain, views, lik,
                   [np.asarray(x, float) for x in payload["score"]],
                   str(payload["init"]), float(payload["tol"]), int(payload["max_iter"]),
                   str(payload["on_failure"]), float(payload.get("alpha", 1e-3)), method,
@@ -265,6 +304,14 @@ class EMSynopsis(Synopsis):
             diag = EMDiagnostics(**{**d, "attributes": tuple(d["attributes"])})
             out.diagnostics[diag.attributes] = diag
         return out
+
+
+def _histograms(domain: Domain, tuples: np.ndarray, counts: np.ndarray,
+                classes: list[int], k: int) -> list[tuple[tuple[str, ...], np.ndarray]]:
+    """The histograms of reported class tuples (U, d) with their counts on every k-set."""
+    ksets = list(combinations(range(len(domain)), k))
+    return [(tuple(domain.attributes[i] for i in q), h)
+            for q, h in zip(ksets, kset_histograms(tuples, counts, classes, ksets), strict=True)]
 
 
 @dataclass
@@ -310,13 +357,21 @@ class EM:
             raise DPMarginalsError(f"alpha must be in (0, 1), got {self.alpha!r}")
 
     def _oracles(self, domain: Domain) -> list[str]:
+        """Attribute j's oracle name at eps/d: "none" for a single-valued attribute; for
+        "adaptive", CALM §2.2.3's choice with OUE only up to :data:`MAX_UNARY_VALUES`."""
         eps = self.epsilon / len(domain)
         out = []
         for size in domain.sizes:
             if size < 2:
                 out.append("none")
             elif self.oracle == "adaptive":
-                out.append(adaptive_oracle(eps, size).name)
+                chosen = adaptive_oracle(eps, size).name
+                out.append("grr" if size > MAX_UNARY_VALUES else chosen)
+            elif self.oracle != "grr" and size > MAX_UNARY_VALUES:
+                raise DPMarginalsError(
+                    f"{self.name} with oracle={self.oracle!r}: a unary report of {size} values "
+                    f"has 2^{size} classes, over EM's limit of {MAX_UNARY_VALUES} values "
+                    "(module docstring); use oracle='grr' or 'adaptive'")
             else:
                 out.append(self.oracle)
         return out
@@ -327,13 +382,13 @@ class EM:
         return [None if name == "none" else make_oracle(name, eps, size)
                 for name, size in zip(self._oracles(domain), domain.sizes, strict=True)]
 
-    def randomize(self, data: Dataset, *, rng: RNGLike = None) -> list[np.ndarray | None]:
+    def randomize(self, data: Dataset, *, rng: RNGLike = None) -> np.ndarray:
         """Every user's report (CALM §3.6; Cormode et al. §4.4): attribute j through
-        :meth:`attribute_oracles`' oracle j (eps/d each, eps in all by composition); one
-        array of reports per attribute.  ``rng=None``: the OS CSPRNG."""
-        src = client_rng(rng)
-        return [None if o is None else o.perturb(data.codes[:, j].astype(np.int64), rng=src)
-                for j, o in enumerate(self.attribute_oracles(data.domain))]
+        :meth:`attribute_oracles`' oracle j (eps/d each, eps in all by composition), as the
+        client does (the ``em`` format's ``perturb``); one reported class per user and
+        attribute, (n, d).  ``rng=None``: the OS CSPRNG."""
+        plan = self.plan(data.domain, data.n)
+        return group_oracle(plan, 0).perturb(data.codes, rng=rng)
 
     def output_distribution(self, domain: Domain) -> np.ndarray:
         """P[report | record] of :meth:`randomize` for every record of ``domain`` (rows:
@@ -345,33 +400,56 @@ class EM:
         return _joint(dists, every_record(domain).codes.astype(np.int64))
 
     def plan(self, domain: Domain, n: int) -> Plan:
+        """One group of every attribute in the ``em`` format: each attribute through its
+        oracle at eps/d; the support keeps the reports' histograms on the k-sets."""
         d = len(domain)
         check_k(self.k, d)
         eps = self.epsilon / d
         names = self._oracles(domain)
-        bits = sum(make_oracle(o, eps, s).report_bits for o, s in zip(names, domain.sizes,
-                                                                        strict=True)
-                   if o != "none")
+        reports = AttributeReports(self.epsilon, domain.sizes, tuple(names), self.k)
+        if reports.size > MAX_GROUP_SUPPORT:
+            raise DPMarginalsError(
+                f"{self.name} keeps the histograms of the reported classes on all C({d}, "
+                f"{self.k}) {self.k}-sets of attributes: {reports.size:,} counts, over the "
+                f"limit of {MAX_GROUP_SUPPORT:,}; use a smaller k or fewer attributes")
         params = {"k": self.k, "n": int(n), "epsilon_per_attribute": eps,
                   "attribute_oracles": names, "init": self.init, "tol": self.tol,
-                  "max_iter": self.max_iter, "report_bits": bits,
+                  "max_iter": self.max_iter, "report_bits": reports.report_bits,
                   "table2_bits": d if domain.is_binary() else None,
                   "var0": None, "variance_factor": None, "expected_sse": None}
-        return Plan(self.name, self.epsilon, domain, (), params)
+        group = GroupSpec(tuple(domain.attributes), "em", self.epsilon, domain.cells())
+        return Plan(self.name, self.epsilon, domain, (group,), params)
 
     def run(self, data: Dataset, *, rng: RNGLike = None) -> EMSynopsis:
+        """Plan, simulated collection (:meth:`simulate`), release."""
         plan = self.plan(data.domain, data.n)
-        reports = self.randomize(data, rng=rng)  # OS entropy unless the simulation is seeded
-        columns, liks, scores = [], [], []
-        for rep, oracle in zip(reports, self.attribute_oracles(data.domain), strict=True):
-            cls, lik, score = _attribute_reports(rep, oracle, data.n)
-            columns.append(cls)
-            liks.append(lik)
-            scores.append(score)
-        uniq, counts = np.unique(np.column_stack(columns), axis=0, return_counts=True)
-        info = {"plan_hash": plan.hash, **plan.params, "distinct_reports": int(uniq.shape[0])}
-        return EMSynopsis(data.domain, uniq, counts, liks, scores, self.init, self.tol,
-                          self.max_iter, self.on_failure, self.alpha, self.name, info)
+        return self.release(plan, self.simulate(data, plan, rng=rng))
+
+    def simulate(self, data: Dataset, plan: Plan, *, rng: RNGLike = None) -> Counts:
+        """The Counts of ``plan``'s collection with every row of ``data`` as one user (every
+        record randomized as the client does; OS entropy unless ``rng`` is given)."""
+        reports = group_oracle(plan, 0)
+        return Counts([reports.support(reports.perturb(data.codes, rng=rng))], [data.n])
+
+    def release(self, plan: Plan, counts: Counts) -> EMSynopsis:
+        """The k-set histograms with every attribute's likelihood and score matrices; the
+        answers are computed by EM per query (init, tol and max_iter: the plan's)."""
+        if plan.m != 1 or plan.groups[0].oracle != "em":
+            raise DPMarginalsError(f"{self.name} releases a plan of one em group")
+        reports = group_oracle(plan, 0)
+        counts.check([reports.size])
+        if counts.users[0] <= 0:
+            raise DPMarginalsError(f"{self.name}: no reports yet")
+        mats = [_class_matrices(o) for o in reports.attribute_oracles]
+        names = plan.groups[0].attributes
+        views = [(tuple(names[i] for i in q), h)
+                 for q, h in zip(reports.ksets, reports.split(counts.supports[0]), strict=True)]
+        info = {"plan_hash": plan.hash, **plan.params}
+        params = plan.params
+        return EMSynopsis(plan.domain, views, [m[0] for m in mats], [m[1] for m in mats],
+                          str(params.get("init", self.init)), float(params.get("tol", self.tol)),
+                          int(params.get("max_iter", self.max_iter)), self.on_failure,
+                          self.alpha, self.name, info)
 
 
 @dataclass

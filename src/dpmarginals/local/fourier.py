@@ -10,9 +10,14 @@ inverse Walsh-Hadamard transform ``C[gamma] = 2^-|beta| sum_{alpha <= beta}
 (-1)^{popcount(alpha & gamma)} f_alpha`` (f_0 = 1).  CALM's FT and Cormode et al.'s InpHT
 are this one algorithm; :class:`FT` differs from :class:`InpHT` only in its name.
 
-Users are split evenly over the coefficients by a uniformly random partition (as CALM and
-AM split users into groups; Cormode et al.'s users sample an index, which has the same
-expected variance but may leave a coefficient without reports).
+**Collection** (:mod:`dpmarginals.protocol.formats`, format ``ht``): the plan has one
+group (every attribute) whose support counts the reports per (coefficient, sign), 2 |T|
+numbers, and :meth:`InpHT.release` is the estimator above.  A client samples its
+coefficient uniformly from T with the OS's randomness (Cormode et al.'s original); the
+seeded simulation of :meth:`InpHT.simulate` splits users evenly over the coefficients by a
+uniformly random partition instead (as CALM and AM split users into groups: the same
+unbiased estimator, a slightly smaller variance since no coefficient is left without
+reports).  MargHT's plan has one ``ht`` group per k-way marginal.
 
 Non-binary attributes are binary-encoded (:class:`~.binary_encoding.BinaryEncoding`).
 ``support="bits"`` (default) collects every coefficient of weight <= k2 over the d2 bits,
@@ -35,10 +40,11 @@ SSE ``(2^k - 1)^2 C(d, k) / (2^k (2p-1)^2 n)``.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import combinations, product
+from itertools import combinations
 from typing import Any, ClassVar
 
 import numpy as np
@@ -51,6 +57,9 @@ from ..core.table import MarginalTable
 from ..inference.views import NoisyView
 from ..oracles import fwht
 from ..oracles._base import parity
+from ..protocol import formats
+from ..protocol.counts import Counts
+from ..protocol.formats import bits_for, group_oracle, rr_keep
 from ..protocol.plan import GroupSpec, Plan
 from ..synopsis.base import Synopsis
 from .binary_encoding import BinaryEncoding
@@ -58,7 +67,6 @@ from .collect import assign_groups
 from .direct import (
     POSTPROCESS,
     apply_postprocess,
-    bits_for,
     check_choice,
     check_k,
     check_positive_int,
@@ -75,14 +83,10 @@ __all__ = [
     "coefficient_masks",
     "ht_output_distribution",
     "ht_reports",
+    "rr_keep",
 ]
 
-SUPPORTS = ("bits", "attributes")
-
-
-def rr_keep(epsilon: float) -> float:
-    """p = e^eps / (1 + e^eps): binary randomized response keeps the true sign."""
-    return 1.0 / (1.0 + math.exp(-epsilon))
+SUPPORTS = formats.SUPPORTS
 
 
 def rr_coefficient_variance(epsilon: float, n: int) -> float:
@@ -93,35 +97,69 @@ def rr_coefficient_variance(epsilon: float, n: int) -> float:
 
 
 def coefficient_count(enc: BinaryEncoding, k: int, support: str) -> int:
-    """|T| without enumerating it."""
-    if support == "bits":
-        return sum(math.comb(enc.d2, s) for s in range(1, enc.k_bits(k) + 1))
-    e = [1] + [0] * k  # elementary symmetric sums of (2^b_a - 1)
-    for b in enc.bits:
-        for j in range(k, 0, -1):
-            e[j] += e[j - 1] * ((1 << b) - 1)
-    return sum(e[1:])
+    """|T| without enumerating it (:func:`~dpmarginals.protocol.formats.coefficient_count`)."""
+    return formats.coefficient_count(enc.domain.sizes, k, support)
 
 
 def coefficient_masks(enc: BinaryEncoding, k: int, support: str) -> np.ndarray:
-    """The sorted coefficient set T as int64 bit masks over the encoded code.
+    """The sorted coefficient set T as int64 bit masks over the encoded code (what the
+    protocol's ``ht`` format rebuilds from the plan).
 
     >>> enc = BinaryEncoding(Domain(("a", "b", "c"), (2, 2, 2)))
     >>> coefficient_masks(enc, 2, "bits").tolist()
     [1, 2, 3, 4, 5, 6]
     """
-    out: list[int] = []
-    if support == "bits":
-        for s in range(1, enc.k_bits(k) + 1):
-            out.extend(sum(1 << i for i in c) for c in combinations(range(enc.d2), s))
-    else:
-        wide = [i for i, b in enumerate(enc.bits) if b]
-        for s in range(1, min(k, len(wide)) + 1):
-            for attrs in combinations(wide, s):
-                parts = [[m << enc.offsets[i] for m in range(1, 1 << enc.bits[i])]
-                         for i in attrs]
-                out.extend(sum(p) for p in product(*parts))
-    return np.unique(np.asarray(out, dtype=np.int64))
+    return formats.coefficient_masks(enc.domain.sizes, k, support)
+
+
+def _masks_at(positions: Sequence[int]) -> np.ndarray:
+    """The mask with bits at ``positions`` of every local index 0..2^b-1 over b bits
+    (``positions[0]`` the local index's most significant bit)."""
+    b = len(positions)
+    local = np.arange(1 << b, dtype=np.int64)
+    gmask = np.zeros(1 << b, dtype=np.int64)
+    for pos, gb in enumerate(positions):
+        gmask |= ((local >> (b - 1 - pos)) & 1) << gb
+    return gmask
+
+
+def _local_masks(enc: BinaryEncoding, attrs: Sequence[str]) -> np.ndarray:
+    """The mask over ``enc``'s code of every local index 0..2^b-1 of the bits of ``attrs``
+    (first attribute most significant: the C order of their binary grid)."""
+    return _masks_at(enc.global_bits(attrs))
+
+
+@functools.lru_cache(maxsize=256)
+def _grid_masks(sizes: tuple[int, ...]) -> np.ndarray:
+    """:func:`_local_masks` of a group of attributes of ``sizes`` over its own code (the
+    ``ht`` format's: first attribute least significant), cached per shape."""
+    bits = formats.attribute_bits(sizes)
+    offsets = np.concatenate(([0], np.cumsum(bits)[:-1])).astype(int).tolist()
+    out = _masks_at([off + t for off, nb in zip(offsets, bits, strict=True)
+                     for t in reversed(range(nb))])
+    out.setflags(write=False)
+    return out
+
+
+def _ht_oracles(plan: Plan, counts: Counts) -> list[Any]:
+    """Every group's ``ht`` format, once the counts are checked against them."""
+    bad = [g.oracle for g in plan.groups if g.oracle != "ht"]
+    if bad:
+        raise DPMarginalsError(f"{plan.method}: a group reports through {bad[0]!r}, not "
+                               "Hadamard coefficients (ht)")
+    oracles = formats.plan_oracles(plan)
+    counts.check([o.size for o in oracles])
+    return oracles
+
+
+def _rr_estimates(by_bit: np.ndarray, p: float) -> tuple[np.ndarray, np.ndarray]:
+    """(f, N) per coefficient: f = (N+ - N-) / (N (2p - 1)) (Cormode et al. Alg. 2), 0 for a
+    coefficient without reports."""
+    reported = by_bit.sum(axis=1)
+    signed = by_bit[:, 0] - by_bit[:, 1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        values = np.where(reported > 0, signed / (reported * (2 * p - 1)), 0.0)
+    return values, reported
 
 
 def _local_codes(codes: np.ndarray, global_bits: Sequence[int]) -> np.ndarray:
@@ -211,15 +249,10 @@ class FourierSynopsis(Synopsis):
             raise DPMarginalsError("a marginal needs at least one attribute")
         sub = self.domain.project(attrs)
         enc = BinaryEncoding(self.domain)
-        gbits = enc.global_bits(attrs)
-        b = len(gbits)
+        b = len(enc.global_bits(attrs))
         if b == 0:
             return MarginalTable(sub, np.ones(sub.shape))
-        local = np.arange(1 << b, dtype=np.int64)
-        gmask = np.zeros(1 << b, dtype=np.int64)
-        for pos, gb in enumerate(gbits):
-            gmask |= ((local >> (b - 1 - pos)) & 1) << gb
-        cells = fwht(self.coefficients(gmask)) / float(1 << b)
+        cells = fwht(self.coefficients(_local_masks(enc, attrs))) / float(1 << b)
         values = enc.decode(attrs, cells)
         return MarginalTable(sub, apply_postprocess(values, self.postprocess))
 
@@ -285,7 +318,8 @@ class InpHT:
         return enc, count
 
     def plan(self, domain: Domain, n: int) -> Plan:
-        """Public parameters only: T is determined by (domain, k, support)."""
+        """One group of every attribute reporting a Hadamard coefficient (format ``ht``);
+        T is determined by (domain, k, support), all public."""
         enc, count = self._check(domain, n)
         p = rr_keep(self.epsilon)
         var0 = rr_coefficient_variance(self.epsilon, n)
@@ -299,21 +333,41 @@ class InpHT:
                   "k_bits": enc.k_bits(self.k), "d_bits": enc.d2, "p": p,
                   "report_bits": bits_for(count) + 1, "table2_bits": enc.d2 + 1,
                   "var0": var0, "variance_factor": factor, "expected_sse": sse}
-        return Plan(self.name, self.epsilon, domain, (), params)
+        group = GroupSpec(tuple(domain.attributes), "ht", self.epsilon, domain.cells())
+        return Plan(self.name, self.epsilon, domain, (group,), params)
 
     def run(self, data: Dataset, *, rng: RNGLike = None) -> FourierSynopsis:
+        """Plan, simulated collection (:meth:`simulate`), release."""
         plan = self.plan(data.domain, data.n)
-        enc = BinaryEncoding(data.domain)
-        masks = coefficient_masks(enc, self.k, self.support)
+        return self.release(plan, self.simulate(data, plan, rng=rng))
+
+    def simulate(self, data: Dataset, plan: Plan, *, rng: RNGLike = None) -> Counts:
+        """The Counts of ``plan``'s collection with every row of ``data`` as one user: a
+        uniformly random partition of the users over the coefficients (module docstring),
+        each user's sign through eps-RR (:func:`ht_reports`; OS entropy when
+        ``per_user=True`` and ``rng`` is None)."""
+        masks = group_oracle(plan, 0).masks
         sim = simulation_rng(rng)
         src = client_rng(None) if (self.per_user and rng is None) else sim
         which = assign_groups(data.n, masks.size, rng=sim)
-        signs = ht_reports(enc.encode_codes(data), masks[which], plan.params["p"], src)
-        counts = np.bincount(which, minlength=masks.size)
-        sums = np.bincount(which, weights=signs, minlength=masks.size)
-        values = sums / (counts * (2 * plan.params["p"] - 1))
+        codes = BinaryEncoding(plan.domain).encode_codes(data)
+        signs = ht_reports(codes, masks[which], rr_keep(plan.epsilon), src)
+        support = np.bincount(2 * which + (signs < 0), minlength=2 * masks.size)
+        return Counts([support], [data.n])
+
+    def release(self, plan: Plan, counts: Counts) -> FourierSynopsis:
+        """Every coefficient of T estimated from the reports per (coefficient, sign):
+        f_alpha = (N+ - N-) / (N_alpha (2p - 1)), unbiased (Cormode et al. Alg. 2).  A
+        coefficient without reports (possible when clients sample theirs) is estimated 0
+        and counted in ``info["unreported_coefficients"]``."""
+        if plan.m != 1:
+            raise DPMarginalsError(f"{self.name} releases a plan of one ht group, got {plan.m}")
+        (oracle,) = _ht_oracles(plan, counts)
+        values, reported = _rr_estimates(counts.supports[0].reshape(-1, 2), oracle.p)
         info = {"plan_hash": plan.hash, **plan.params}
-        return FourierSynopsis(data.domain, masks, values, counts, self.name, info,
+        if (reported == 0).any():
+            info["unreported_coefficients"] = int((reported == 0).sum())
+        return FourierSynopsis(plan.domain, oracle.masks, values, reported, self.name, info,
                                self.postprocess)
 
     def output_distribution(self, domain: Domain) -> np.ndarray:
@@ -367,6 +421,8 @@ class MargHT:
         check_view_inference(self)
 
     def plan(self, domain: Domain, n: int) -> Plan:
+        """One group per k-way marginal, each reporting one of its 2^b - 1 non-constant
+        Hadamard coefficients (format ``ht``)."""
         d = len(domain)
         k = check_k(self.k, d)
         enc = BinaryEncoding(domain)
@@ -376,6 +432,8 @@ class MargHT:
             attrs = tuple(domain.attributes[i] for i in idx)
             groups.append(GroupSpec(attrs, "ht", self.epsilon, domain.project(attrs).cells()))
             widths.append(sum(enc.bits[i] for i in idx))
+            if not widths[-1]:
+                raise DPMarginalsError(f"the marginal over {list(attrs)} has a single cell")
         most = (1 << max(widths)) - 1
         if n // m < most:
             raise DPMarginalsError(
@@ -392,33 +450,62 @@ class MargHT:
         return Plan(self.name, self.epsilon, domain, tuple(groups), params)
 
     def run(self, data: Dataset, *, rng: RNGLike = None) -> Synopsis:
+        """Plan, simulated collection (:meth:`simulate`), release."""
         plan = self.plan(data.domain, data.n)
-        p = plan.params["p"]
-        enc = BinaryEncoding(data.domain)
+        return self.release(plan, self.simulate(data, plan, rng=rng))
+
+    def simulate(self, data: Dataset, plan: Plan, *, rng: RNGLike = None) -> Counts:
+        """The Counts of ``plan``'s collection with every row of ``data`` as one user: users
+        split evenly over the marginals, then within each over its non-constant
+        coefficients (random partitions), each sign through eps-RR (:func:`ht_reports`)."""
+        p = rr_keep(plan.epsilon)
+        enc = BinaryEncoding(plan.domain)
         codes = enc.encode_codes(data)
         sim = simulation_rng(rng)
         src = client_rng(None) if (self.per_user and rng is None) else sim
         groups = assign_groups(data.n, plan.m, rng=sim)
         order = np.argsort(groups, kind="stable")
         bounds = np.searchsorted(groups[order], np.arange(plan.m + 1))
-        views = []
-        for g, spec in enumerate(plan.groups):
+        supports = []
+        for g, (spec, oracle) in enumerate(zip(plan.groups, formats.plan_oracles(plan),
+                                               strict=True)):
             members = order[bounds[g] : bounds[g + 1]]
             gbits = enc.global_bits(spec.attributes)
             b = len(gbits)
+            alpha = assign_groups(members.size, (1 << b) - 1, rng=sim) + 1
+            signs = ht_reports(_local_codes(codes[members], gbits), alpha, p, src)
+            # alpha numbers the coefficients in the C order of the marginal's binary grid;
+            # the group's support is indexed by T, the sorted masks over the group's code
+            sizes = tuple(plan.domain.size(a) for a in spec.attributes)
+            index = np.searchsorted(oracle.masks, _grid_masks(sizes)[alpha])
+            supports.append(np.bincount(2 * index + (signs < 0), minlength=2 * ((1 << b) - 1)))
+        return Counts(supports, np.diff(bounds))
+
+    def release(self, plan: Plan, counts: Counts) -> Synopsis:
+        """Each marginal's coefficients estimated as InpHT's, inverted by the Walsh-Hadamard
+        transform (invalid codes dropped), released by ``inference``.  Every group needs
+        reports; a coefficient without any is estimated 0 with the variance of one report."""
+        oracles = _ht_oracles(plan, counts)
+        empty = np.flatnonzero(counts.users <= 0)
+        if empty.size:
+            raise DPMarginalsError(f"{plan.method}: {empty.size} of the plan's {plan.m} groups "
+                                   f"have no reports yet (group {int(empty[0])} first); every "
+                                   "group must report before the release")
+        views = []
+        enc = BinaryEncoding(plan.domain)
+        for g, (spec, oracle) in enumerate(zip(plan.groups, oracles, strict=True)):
+            b = len(enc.global_bits(spec.attributes))
+            grid = _grid_masks(tuple(plan.domain.size(a) for a in spec.attributes))[1:]
+            by_bit = counts.supports[g].reshape(-1, 2)
+            in_order = by_bit[np.searchsorted(oracle.masks, grid)]  # C order of the grid
+            values, reported = _rr_estimates(in_order, oracle.p)
             coeffs = np.ones(1 << b)
-            var = 0.0
-            if b:
-                local = _local_codes(codes[members], gbits)
-                alpha = assign_groups(members.size, (1 << b) - 1, rng=sim) + 1
-                signs = ht_reports(local, alpha, p, src)
-                counts = np.bincount(alpha, minlength=1 << b)
-                sums = np.bincount(alpha, weights=signs, minlength=1 << b)
-                coeffs[1:] = sums[1:] / (counts[1:] * (2 * p - 1))
-                var = float((1.0 / ((2 * p - 1) ** 2 * counts[1:])).sum() / 4.0**b)
+            coeffs[1:] = values
+            var = float((1.0 / ((2 * oracle.p - 1) ** 2 * np.maximum(reported, 1))).sum()
+                        / 4.0**b)
             table = enc.decode(spec.attributes, fwht(coeffs) / float(1 << b))
-            views.append(NoisyView(spec.attributes, table, int(members.size), var))
-        return release_views(data.domain, plan, views, self.name, self.postprocess,
+            views.append(NoisyView(spec.attributes, table, int(counts.users[g]), var))
+        return release_views(plan.domain, plan, views, self.name, self.postprocess,
                              self.inference)
 
     def output_distribution(self, domain: Domain) -> np.ndarray:

@@ -7,9 +7,9 @@ can ship inside an app.  The flow of one user:
    match its content);
 2. :func:`check_plan` against the device's own cap ``max_epsilon`` (required: the server
    never decides how much a device spends): every group's epsilon is the plan's, the
-   plan's epsilon is within the cap, each group's oracle is one the client knows and its
-   ``cells`` is the marginal's size.  A refusal is a :class:`PlanRefused`, raised before
-   any random draw;
+   plan's epsilon is within the cap, each group's oracle (or report format) is one the
+   client knows and its ``cells`` is the marginal's size.  A refusal is a
+   :class:`PlanRefused`, raised before any random draw;
 3. take the group the server assigns (``ServiceClient.assignment()``) or pick one
    uniformly with OS entropy (:func:`choose_group`);
 4. :func:`make_report`: project the record onto the group's marginal and randomize the
@@ -60,6 +60,7 @@ import numpy as np
 from ..core.errors import DPMarginalsError
 from ..core.randomness import RNGLike, client_rng
 from ..oracles import ORACLES, make_oracle
+from .formats import KNOWN, MAX_GROUP_SUPPORT, group_oracle
 from .ledger import BudgetExceeded, Ledger, LedgerError, PlanRefused
 from .plan import Plan
 from .reports import MAX_BATCH_REPORTS, MAX_GROUP_CELLS, PlanCodec, ReportError
@@ -203,10 +204,14 @@ def check_plan(plan: Plan | Mapping[str, Any] | str | os.PathLike[str],
     above ``max_epsilon``; a group whose epsilon is not the plan's, whose oracle the client
     does not know, or whose ``cells`` is not the product of its attributes' sizes; an
     unknown field (derived oracle parameters such as OLH's g or HR's K are always
-    recomputed from epsilon and cells, never read from the plan); for plans without groups,
-    per-attribute budgets (``params.epsilon_per_attribute``) that compose to more than the
-    plan's epsilon, or a randomized-response ``params.p`` implying more.  Nothing random is
-    drawn here.
+    recomputed from epsilon and cells, never read from the plan); a report format
+    (:mod:`~dpmarginals.protocol.formats`) whose public parameters (``params.k``,
+    ``support``, ``g``, ``w``, ``hash_seed``, ``attribute_oracles``) are malformed or whose
+    support is too large; per-attribute budgets (``params.epsilon_per_attribute``) that
+    compose to more than the plan's epsilon, or, for plans without groups, a
+    randomized-response ``params.p`` implying more.  Every budget the client spends is
+    derived from the group's epsilon (EM's attributes get epsilon / d each), never read
+    from params.  Nothing random is drawn here.
 
     >>> from dpmarginals.core.domain import Domain
     >>> from dpmarginals.protocol.plan import GroupSpec, Plan
@@ -225,8 +230,8 @@ def check_plan(plan: Plan | Mapping[str, Any] | str | os.PathLike[str],
     dom = out.domain
     for i, spec in enumerate(out.groups):
         field = f"groups[{i}]"
-        if spec.oracle not in ORACLES:
-            raise _refused(f"{field}.oracle = {spec.oracle!r} is not one of {sorted(ORACLES)}")
+        if spec.oracle not in KNOWN:
+            raise _refused(f"{field}.oracle = {spec.oracle!r} is not one of {list(KNOWN)}")
         group_eps = _plan_epsilon(spec.epsilon, f"{field}.epsilon")
         if group_eps != eps:
             raise _refused(f"{field}.epsilon = {group_eps!r} differs from the plan's "
@@ -240,9 +245,18 @@ def check_plan(plan: Plan | Mapping[str, Any] | str | os.PathLike[str],
         if isinstance(spec.cells, bool) or spec.cells != cells:
             raise _refused(f"{field}.cells = {spec.cells!r} but the marginal over {attrs!r:.120} "
                            f"has {cells} cells")
-        if not 2 <= cells <= MAX_GROUP_CELLS:
-            raise _refused(f"{field}.cells = {cells} is outside 2..{MAX_GROUP_CELLS}")
-        make_oracle(spec.oracle, group_eps, cells)  # derives g, K, p, q from eps and cells
+        if spec.oracle in ORACLES:
+            if not 2 <= cells <= MAX_GROUP_CELLS:
+                raise _refused(f"{field}.cells = {cells} is outside 2..{MAX_GROUP_CELLS}")
+            make_oracle(spec.oracle, group_eps, cells)  # derives g, K, p, q from eps and cells
+            continue
+        try:  # a report format: its parameters come from the plan's public params
+            size = group_oracle(out, i).size
+        except DPMarginalsError as exc:
+            raise _refused(f"{field} ({spec.oracle}): {exc}") from None
+        if not 1 <= size <= MAX_GROUP_SUPPORT:
+            raise _refused(f"{field} ({spec.oracle}) has a support of {size:,} counts, "
+                           f"outside 1..{MAX_GROUP_SUPPORT:,}")
     _check_params(out, eps)
     return out
 
@@ -350,16 +364,29 @@ def make_report(
         return _ledger_report(checked, record, ledger, campaign, group, rng)
     codec = _codec(checked)
     g = choose_group(checked, rng=rng) if group is None else _check_group(checked, group)
-    row = _record_row(checked, record, checked.groups[g].attributes)
-    cell = codec.cells(g, row[None, :])
-    native = codec.oracle(g).perturb(cell, rng=client_rng(rng))
+    inputs = _inputs(codec, g, record)
+    native = codec.oracle(g).perturb(inputs, rng=client_rng(rng))
     return codec.reports(g, native)[0]
 
 
-def _cell(codec: PlanCodec, group: int,
-          record: Mapping[str, Any] | Sequence[int] | np.ndarray) -> int:
+def _inputs(codec: PlanCodec, group: int,
+            record: Mapping[str, Any] | Sequence[int] | np.ndarray) -> np.ndarray:
+    """The group's randomizer input of one record (shape (1,), or (1, d) for EM)."""
     row = _record_row(codec.plan, record, codec.plan.groups[group].attributes)
-    return int(codec.cells(group, row[None, :])[0])
+    return codec.inputs(group, row[None, :])
+
+
+def _memo_key(inputs: np.ndarray, codec: PlanCodec, group: int) -> int:
+    """One integer per distinct input (the ledger memoizes payloads by it): the input
+    itself, or EM's attribute values in mixed radix (an exact Python integer)."""
+    flat = [int(v) for v in np.asarray(inputs).ravel()]
+    if len(flat) == 1:
+        return flat[0]
+    key = 0
+    for value, size in zip(flat, codec.plan.domain.project(
+            codec.plan.groups[group].attributes).sizes, strict=True):
+        key = key * size + value
+    return key
 
 
 def _ledger_report(plan: Plan, record: Mapping[str, Any] | Sequence[int] | np.ndarray,
@@ -379,7 +406,8 @@ def _ledger_report(plan: Plan, record: Mapping[str, Any] | Sequence[int] | np.nd
     if kept is None:  # the first report under this plan: a fresh randomization
         ledger.check_budget(plan.epsilon)  # before any random draw
         g = requested if requested is not None else choose_group(plan, rng=rng)
-        cell = _cell(codec, g, record)
+        inputs = _inputs(codec, g, record)
+        cell = _memo_key(inputs, codec, g)
     else:
         if not 0 <= kept < plan.m:
             raise LedgerError(f"the ledger keeps group {kept} for plan {plan.hash[:12]}, "
@@ -388,7 +416,8 @@ def _ledger_report(plan: Plan, record: Mapping[str, Any] | Sequence[int] | np.nd
             warnings.warn(f"plan {plan.hash[:12]}: this device reports group {kept} in every "
                           f"campaign of the plan, not the requested group {requested}",
                           AssignmentIgnored, stacklevel=3)
-        g, cell = kept, _cell(codec, kept, record)
+        g, inputs = kept, _inputs(codec, kept, record)
+        cell = _memo_key(inputs, codec, g)
         payload = ledger.memoized_payload(plan.hash, g, cell)
         if payload is None:
             ledger.check_budget(plan.epsilon)  # a changed value: before any random draw
@@ -400,7 +429,7 @@ def _ledger_report(plan: Plan, record: Mapping[str, Any] | Sequence[int] | np.nd
                                   f"group {g} is invalid: {exc}") from None
     fresh = payload is None
     if fresh:
-        native = codec.oracle(g).perturb([cell], rng=client_rng(rng))
+        native = codec.oracle(g).perturb(inputs, rng=client_rng(rng))
         payload = codec.groups[g].payloads(native)[0]
     report = codec.report(g, payload)  # a fresh report id either way
     ledger.record(campaign, report, cell=cell, epsilon=plan.epsilon, fresh=fresh,
@@ -451,8 +480,8 @@ def _make_reports(
     out: list[dict[str, Any]] = [{}] * n
     for g in np.unique(grp):
         members = np.flatnonzero(grp == g)
-        cells = codec.cells(int(g), arr[members])
-        native = codec.oracle(int(g)).perturb(cells, rng=source)
+        inputs = codec.inputs(int(g), arr[members])
+        native = codec.oracle(int(g)).perturb(inputs, rng=source)
         for i, report in zip(members, codec.reports(int(g), native), strict=True):
             out[i] = report
     return out

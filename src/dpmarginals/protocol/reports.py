@@ -22,7 +22,15 @@ oracle     payload                     valid when
 ``olh``    ``[seed, y]``               seed = a * 2^32 + b with 1 <= a < 2^31 - 1 and
                                        0 <= b < 2^31 - 1; 0 <= y < g
 ``hr``     ``[j, b]``                  0 <= j < K, b in {0, 1}
+``ht``     ``[i, b]``                  0 <= i < |T| (the plan's coefficient set), b in
+                                       {0, 1}
+``cms``    ``[i, b]``                  0 <= i < g w (i = j w + l), b in {0, 1}
+``em``     ``[y_0, ..., y_{d-1}]``     one integer per attribute of the group, each
+                                       below the attribute's number of classes
 =========  ==========================  ===============================================
+
+``ht``, ``cms`` and ``em`` are the report formats of :mod:`dpmarginals.protocol.formats`
+(InpHT/FT and MargHT, InpHTCMS, EM and InpEM); their parameters come from the plan.
 
 A batch is ``{"reports": [report, ...]}`` with at most :data:`MAX_BATCH_REPORTS` reports.
 :class:`PlanCodec` validates reports against a plan (one bad report rejects the whole
@@ -55,14 +63,16 @@ import numpy as np
 
 from ..core.errors import DPMarginalsError
 from ..core.hashing import PRIME as _PRIME
-from ..oracles import FrequencyOracle, make_oracle
+from ..oracles import ORACLES
 from .counts import Counts
+from .formats import MAX_GROUP_SUPPORT, group_oracle
 from .plan import Plan
 
 __all__ = [
     "BATCH_SCHEMA",
     "MAX_BATCH_REPORTS",
     "MAX_GROUP_CELLS",
+    "MAX_GROUP_SUPPORT",
     "REPORT_KEYS",
     "REPORT_SCHEMA",
     "REPORT_VERSION",
@@ -95,12 +105,12 @@ REPORT_SCHEMA: dict[str, Any] = {
         "group": {"type": "integer", "minimum": 0},
         "payload": {
             "description": "grr: an integer; oue/sue: base64 packed bits; olh: [seed, y]; "
-            "hr: [j, b]",
+            "hr: [j, b]; ht, cms: [i, b]; em: one class per attribute",
             "anyOf": [
                 {"type": "integer", "minimum": 0},
                 {"type": "string"},
                 {"type": "array", "items": {"type": "integer", "minimum": 0},
-                 "minItems": 2, "maxItems": 2},
+                 "minItems": 1},
             ],
         },
         "report_id": {"type": "string", "pattern": "^[0-9a-f]{32}$"},
@@ -144,22 +154,29 @@ def _is_int(x: object) -> bool:
     return type(x) is int  # rejects bool, float and numpy scalars alike
 
 
+_PAIRS = ("hr", "ht", "cms")  # payload [index, bit]
+
+
 @dataclass(frozen=True)
 class _GroupCodec:
-    """Payload <-> stored row <-> native oracle array for one group's oracle."""
+    """Payload <-> stored row <-> native report array for one group's oracle or format."""
 
-    oracle: FrequencyOracle
+    oracle: Any  # a FrequencyOracle, or a report format of .formats
     width: int  # bytes of a stored row
+    attributes: tuple[str, ...] = ()
 
     @classmethod
-    def of(cls, oracle: FrequencyOracle) -> _GroupCodec:
-        if oracle.name in ("oue", "sue"):
-            return cls(oracle, (oracle.size + 7) // 8)
-        if oracle.name == "grr":
-            return cls(oracle, 8)
-        if oracle.name in ("olh", "hr"):
-            return cls(oracle, 16)
-        raise DPMarginalsError(f"oracle {oracle.name!r} has no report encoding")
+    def of(cls, oracle: Any, attributes: Sequence[str] = ()) -> _GroupCodec:
+        name = oracle.name
+        if name in ("oue", "sue"):
+            return cls(oracle, (oracle.size + 7) // 8, tuple(attributes))
+        if name == "grr":
+            return cls(oracle, 8, tuple(attributes))
+        if name == "olh" or name in _PAIRS:
+            return cls(oracle, 16, tuple(attributes))
+        if name == "em":
+            return cls(oracle, 8 * oracle.d, tuple(attributes))
+        raise DPMarginalsError(f"oracle {name!r} has no report encoding")
 
     # -- validation: JSON payload -> stored row bytes ------------------------------------
     def row(self, payload: object) -> bytes:
@@ -173,9 +190,11 @@ class _GroupCodec:
             return payload.to_bytes(8, "little")  # type: ignore[union-attr]
         if name in ("oue", "sue"):
             return self._bits_row(payload)
+        if name == "em":
+            return self._classes_row(payload)
         if (not isinstance(payload, list) or len(payload) != 2
                 or not _is_int(payload[0]) or not _is_int(payload[1])):
-            what = "[seed, y]" if name == "olh" else "[j, b]"
+            what = {"olh": "[seed, y]", "hr": "[j, b]"}.get(name, "[i, b]")
             raise ReportError(f"{name} payload must be two integers {what}, "
                               f"got {_short(payload)}")
         first, second = payload
@@ -185,16 +204,29 @@ class _GroupCodec:
                 raise ReportError(f"olh seed {first} is not in the hash family "
                                   f"(a = seed >> 32 in 1..{_PRIME - 1}, "
                                   f"b = seed & 0xFFFFFFFF in 0..{_PRIME - 1})")
-            g = self.oracle.g  # type: ignore[attr-defined]
+            g = self.oracle.g
             if not 0 <= second < g:
                 raise ReportError(f"olh hashed value {second} is outside 0..{g - 1}")
         else:
-            k = self.oracle.K  # type: ignore[attr-defined]
+            k = self.oracle.K
             if not 0 <= first < k:
-                raise ReportError(f"hr index {first} is outside 0..{k - 1}")
+                raise ReportError(f"{name} index {first} is outside 0..{k - 1}")
             if second not in (0, 1):
-                raise ReportError(f"hr bit must be 0 or 1, got {second}")
+                raise ReportError(f"{name} bit must be 0 or 1, got {second}")
         return first.to_bytes(8, "little") + second.to_bytes(8, "little")
+
+    def _classes_row(self, payload: object) -> bytes:
+        """em: one reported class per attribute, each below the attribute's classes."""
+        classes = self.oracle.classes
+        if (not isinstance(payload, list) or len(payload) != len(classes)
+                or not all(_is_int(y) for y in payload)):
+            raise ReportError(f"em payload must be {len(classes)} integers (one reported "
+                              f"class per attribute), got {_short(payload)}")
+        for j, (y, c) in enumerate(zip(payload, classes, strict=True)):
+            if not 0 <= y < c:
+                attr = self.attributes[j] if j < len(self.attributes) else j
+                raise ReportError(f"em class {y} of attribute {attr!r} is outside 0..{c - 1}")
+        return np.asarray(payload, dtype=_INT64).tobytes()
 
     def _bits_row(self, payload: object) -> bytes:
         name, size, width = self.oracle.name, self.oracle.size, self.width
@@ -239,7 +271,8 @@ class _GroupCodec:
             if arr.min() < 0 or arr.max() >= size:
                 return None
             return _split(arr.astype(_INT64).tobytes(), 8)
-        if {type(p) for p in payloads} != {list} or {len(p) for p in payloads} != {2}:
+        columns = len(self.oracle.classes) if name == "em" else 2
+        if {type(p) for p in payloads} != {list} or {len(p) for p in payloads} != {columns}:
             return None
         if {type(x) for p in payloads for x in p} != {int}:
             return None
@@ -248,16 +281,20 @@ class _GroupCodec:
                 return None  # (outside int64: not in the family anyway)
             arr = np.array(payloads, dtype=np.int64)
             a, b = arr[:, 0] >> 32, arr[:, 0] & 0xFFFFFFFF
-            g = self.oracle.g  # type: ignore[attr-defined]
+            g = self.oracle.g
             if ((a < 1) | (a >= _PRIME) | (b >= _PRIME) | (arr[:, 1] < 0)
                     | (arr[:, 1] >= g)).any():
                 return None
+        elif name == "em":
+            arr = np.array(payloads, dtype=np.int64)
+            if ((arr < 0) | (arr >= np.asarray(self.oracle.classes, np.int64))).any():
+                return None
         else:
             arr = np.array(payloads, dtype=np.int64)
-            k = self.oracle.K  # type: ignore[attr-defined]
+            k = self.oracle.K
             if ((arr[:, 0] < 0) | (arr[:, 0] >= k) | (arr[:, 1] < 0) | (arr[:, 1] > 1)).any():
                 return None
-        return _split(arr.astype(_INT64).tobytes(), 16)
+        return _split(arr.astype(_INT64).tobytes(), self.width)
 
     # -- stored rows <-> native arrays <-> JSON payloads ----------------------------------
     def native(self, rows: bytes) -> np.ndarray:
@@ -265,7 +302,7 @@ class _GroupCodec:
         if self.oracle.name in ("oue", "sue"):
             return np.frombuffer(rows, dtype=np.uint8).reshape(-1, self.width)
         arr = np.frombuffer(rows, dtype=_INT64).astype(np.int64)
-        return arr if self.oracle.name == "grr" else arr.reshape(-1, 2)
+        return arr if self.oracle.name == "grr" else arr.reshape(-1, self.width // 8)
 
     def payloads(self, native: np.ndarray) -> list[Any]:
         """Native report array (as ``oracle.perturb`` returns) -> JSON payloads."""
@@ -278,7 +315,7 @@ class _GroupCodec:
         return self.payloads(self.native(row))[0]
 
     def support(self, rows: bytes) -> np.ndarray:
-        """Support counts (length ``cells``, int64) of concatenated stored rows."""
+        """Support counts (length ``oracle.size``, int64) of concatenated stored rows."""
         if not rows:
             return np.zeros(self.oracle.size, dtype=np.int64)
         return np.asarray(self.oracle.support(self.native(rows)), dtype=np.int64)
@@ -309,8 +346,10 @@ class PlanCodec:
     """Validates, encodes and counts the reports of one plan.
 
     Construction checks that the plan can be collected: every group's attributes are in
-    the domain, ``cells`` equals the marginal's size (at most :data:`MAX_GROUP_CELLS`),
-    and its oracle has a report encoding.
+    the domain, ``cells`` equals the marginal's size, its oracle (or report format, built
+    from the plan alone: :func:`~.formats.group_oracle`) has a report encoding, and its
+    support fits (a frequency oracle's marginal: at most :data:`MAX_GROUP_CELLS` cells;
+    a format's support: at most :data:`~.formats.MAX_GROUP_SUPPORT` counts).
     """
 
     def __init__(self, plan: Plan) -> None:
@@ -318,20 +357,26 @@ class PlanCodec:
             raise DPMarginalsError(f"expected a Plan, got {type(plan).__name__}")
         if not plan.groups:
             raise DPMarginalsError(f"plan of method {plan.method!r} has no groups: its users "
-                                   "do not report marginals, so it cannot be collected")
+                                   "report nothing, so it cannot be collected")
         codecs = []
         for g, spec in enumerate(plan.groups):
             cells = plan.domain.project(spec.attributes).cells()
             if cells != spec.cells:
                 raise DPMarginalsError(f"plan group {g}: cells = {spec.cells} but the marginal "
                                        f"over {list(spec.attributes)} has {cells} cells")
-            if cells > MAX_GROUP_CELLS:
+            if spec.oracle in ORACLES and cells > MAX_GROUP_CELLS:
                 raise DPMarginalsError(f"plan group {g}: {cells} cells exceed the limit of "
                                        f"{MAX_GROUP_CELLS} per group")
-            codecs.append(_GroupCodec.of(make_oracle(spec.oracle, spec.epsilon, spec.cells)))
+            oracle = group_oracle(plan, g)
+            if spec.oracle not in ORACLES and not 0 < oracle.size <= MAX_GROUP_SUPPORT:
+                raise DPMarginalsError(f"plan group {g}: its {spec.oracle} reports have a "
+                                       f"support of {oracle.size:,} counts, outside 1.."
+                                       f"{MAX_GROUP_SUPPORT:,}")
+            codecs.append(_GroupCodec.of(oracle, spec.attributes))
         self.plan = plan
         self.hash = plan.hash
         self.groups: tuple[_GroupCodec, ...] = tuple(codecs)
+        self.sizes: list[int] = [int(c.oracle.size) for c in codecs]
         self._shapes = [plan.domain.project(s.attributes).shape for s in plan.groups]
         self._positions = [plan.domain.indices(s.attributes) for s in plan.groups]
 
@@ -339,12 +384,13 @@ class PlanCodec:
     def m(self) -> int:
         return len(self.groups)
 
-    def oracle(self, group: int) -> FrequencyOracle:
+    def oracle(self, group: int) -> Any:
+        """Group ``group``'s frequency oracle or report format."""
         return self.groups[group].oracle
 
     # -- client side ----------------------------------------------------------------------
-    def cells(self, group: int, records: np.ndarray) -> np.ndarray:
-        """Flat cell index of each record (rows in domain order) in the group's marginal."""
+    def _values(self, group: int, records: np.ndarray) -> np.ndarray:
+        """The group's attribute values of each record (rows in domain order), checked."""
         arr = np.asarray(records)
         d = len(self.plan.domain)
         if arr.ndim != 2 or arr.shape[1] != d or (arr.size and arr.dtype.kind not in "iu"):
@@ -357,7 +403,19 @@ class PlanCodec:
             if bad.any():
                 raise DPMarginalsError(f"value {int(cols[bad, j][0])} of attribute {attr!r} "
                                        f"is out of its domain 0..{size - 1}")
+        return cols
+
+    def cells(self, group: int, records: np.ndarray) -> np.ndarray:
+        """Flat cell index of each record (rows in domain order) in the group's marginal."""
+        cols = self._values(group, records)
         return np.ravel_multi_index(tuple(cols.T), self._shapes[group]).astype(np.int64)
+
+    def inputs(self, group: int, records: np.ndarray) -> np.ndarray:
+        """What the group's randomizer takes from each record: its cell of the marginal
+        (frequency oracles) or the format's input (``oracle.encode``)."""
+        if self.plan.groups[group].oracle in ORACLES:
+            return self.cells(group, records)
+        return self.oracle(group).encode(self._values(group, records))
 
     def report(self, group: int, payload: Any, report_id: str | None = None) -> dict[str, Any]:
         """A report dict (payload already in JSON form)."""
@@ -491,7 +549,7 @@ class PlanCodec:
         return self.report(group, self.groups[group].payload_of_row(row), report_id.hex())
 
     def empty_counts(self) -> Counts:
-        return Counts.zeros([s.cells for s in self.plan.groups])
+        return Counts.zeros(self.sizes)
 
 
 def support_counts(

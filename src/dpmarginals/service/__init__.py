@@ -19,6 +19,7 @@ import numpy as np
 from ..core.domain import Domain
 from ..core.errors import DPMarginalsError
 from ..protocol.counts import Counts
+from ..protocol.formats import support_sizes
 from ..protocol.plan import Plan
 
 if TYPE_CHECKING:
@@ -42,9 +43,11 @@ def synopsis_from_counts(
     """Report counts -> the plan's method's own release (``method.release(plan, counts)``).
 
     ``synopsis_from_counts(plan, counts)`` or ``(plan, supports, users)``.  The method is
-    the plan's (:func:`dpmarginals.methods.for_plan`): CALM drops groups without reports
-    (their marginals are then answered by maximum entropy from the others), the methods
-    that answer from their own views (FC, AM, ...) need every group.  The synopsis is
+    the plan's (:func:`dpmarginals.methods.for_plan`), every local method included (EM,
+    InpHT, MargHT, InpHTCMS report through :mod:`~dpmarginals.protocol.formats`): CALM
+    drops groups without reports (their marginals are then answered by maximum entropy
+    from the others), the methods that answer from their own views (FC, AM, ...) need
+    every group.  The synopsis is
     marked private, made on the clients' devices.
     """
     from ..core.provenance import Provenance
@@ -52,7 +55,7 @@ def synopsis_from_counts(
 
     if not isinstance(counts, Counts):
         counts = Counts(list(counts), users if users is not None else [])
-    counts.check([g.cells for g in plan.groups])
+    counts.check(support_sizes(plan))
     if counts.n == 0:
         raise DPMarginalsError("no reports yet: every group is empty")
     synopsis = for_plan(plan, max_rounds=max_rounds).release(plan, counts)

@@ -8,7 +8,7 @@ Tables::
 
     campaigns(num, name UNIQUE, plan_hash, plan)        the plan as canonical JSON
     reports(campaign, rid, grp, payload)                PRIMARY KEY (campaign, rid)
-    tallies(campaign, grp, users, support)              support: cells x int64 little-endian
+    tallies(campaign, grp, users, support)              support: its counts, int64 little-endian
 
 * **Report-id uniqueness** is the primary key of ``reports``: a second report with the same
   id in a campaign violates it, and the whole batch it came in is rolled back.
@@ -350,8 +350,7 @@ class Store(ABC):
             conn.cursor().executemany(
                 self._sql("INSERT INTO tallies(campaign, grp, users, support) "
                           "VALUES (?, ?, 0, ?)"),
-                [(num, g, bytes(8 * spec.cells))
-                 for g, spec in enumerate(plan.groups)])
+                [(num, g, bytes(8 * size)) for g, size in enumerate(codec.sizes)])
             return num, True
 
         try:

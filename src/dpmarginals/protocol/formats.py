@@ -1,0 +1,515 @@
+"""Report formats beyond "one cell through a frequency oracle" (numpy + stdlib only).
+
+A plan group names either a frequency oracle of :mod:`dpmarginals.oracles` (the user
+reports her cell of the group's marginal) or one of these formats.  Each has the oracles'
+interface -- ``name``, ``epsilon``, ``size`` (the length of its support vector, the
+group's part of :class:`~dpmarginals.protocol.counts.Counts`), ``report_bits``,
+``perturb`` (client; ``rng=None`` draws from the OS CSPRNG), ``support`` (aggregator) and
+``output_distribution`` (exact, for privacy checks) -- plus ``encode``, which turns the
+values of the group's attributes into the randomizer's input.  Everything a client needs
+is rebuilt from the plan alone (:func:`group_oracle`):
+
+=======  ===================  ===========================  ============  =================
+format   method               input, and what is sent      payload       support (length)
+=======  ===================  ===========================  ============  =================
+``ht``   InpHT/FT (one        her code in binary (the      ``[i, b]``    reports per
+         group of every       group's first attribute      0 <= i < |T|  (i, b): 2 |T|
+         attribute), MargHT   least significant); i        b in {0, 1}
+         (one group per       uniform over the coefficient
+         k-way marginal)      set T, b = parity(T[i] &
+                              code), flipped w.p. 1 - p
+``cms``  InpHTCMS (one group  her cell x of the full       ``[i, b]``    reports per
+         of every attribute)  table; i = j w + l uniform   0 <= i < g w  (i, b): 2 g w
+                              over [g] x [w], b =
+                              parity(l & h_j(x)), flipped
+                              w.p. 1 - p
+``em``   EM, InpEM (one       every attribute's value      ``[y_0, ...,  the histogram of
+         group of every       through its own oracle at    y_{d-1}]``    the reported
+         attribute)           eps / d: GRR sends the       one class     classes on every
+                              value, OUE/SUE the bit       per           k-set of
+                              vector as an integer         attribute     attributes, one
+                              (bit v = value v)                          after the other
+=======  ===================  ===========================  ============  =================
+
+``p = e^eps / (1 + e^eps)`` (binary randomized response).  T (``ht``) is every non-constant
+Hadamard coefficient of the group's binary code touching at most ``params["k"]``
+attributes (``params["support"] = "attributes"``, the default; for MargHT's k-attribute
+groups: all 2^b - 1 of them) or of weight at most the bits of the k widest attributes
+(``"bits"``, CALM §5.3), sorted as integers (Cormode et al. Alg. 1; CALM §3.5).  The sketch
+hashes h_j (``cms``) are degree-2 polynomials mod 2^31 - 1 whose coefficients come from the
+public ``params["hash_seed"]`` (Cormode et al. B.2).  EM's per-attribute oracles are
+``params["attribute_oracles"]`` with budget eps / d each ("none" for a single-valued
+attribute: nothing is sent), eps-LDP by composition; its sufficient statistics are the
+histograms of the reported classes on the k-sets of attributes (CALM §3.6: EM answers a
+marginal from the users' reported tuples), so a unary-encoded attribute of c values has 2^c
+classes.
+
+>>> from dpmarginals.core.domain import Domain
+>>> from dpmarginals.protocol.plan import GroupSpec, Plan
+>>> dom = Domain(("a", "b"), (2, 3))
+>>> plan = Plan("marg_ht", 1.0, dom, (GroupSpec(("a", "b"), "ht", 1.0, 6),), {"k": 2})
+>>> ht = group_oracle(plan, 0)
+>>> ht.masks.tolist(), ht.size
+([1, 2, 3, 4, 5, 6, 7], 14)
+>>> ht.encode(np.array([[1, 2]])).tolist()    # a + 2 b: a's bit least significant
+[5]
+>>> int(ht.support(ht.perturb([5, 5, 0], rng=1)).sum())
+3
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
+from itertools import accumulate, combinations, product
+from typing import Any, ClassVar
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from ..core.errors import DPMarginalsError, check_epsilon
+from ..core.hashing import PRIME
+from ..core.randomness import RNGLike, client_rng
+from ..oracles import ORACLES, FrequencyOracle, make_oracle
+from ..oracles._base import as_report_columns, check_range, parity
+from .plan import Plan
+
+__all__ = [
+    "FORMATS",
+    "KNOWN",
+    "MAX_CODE_BITS",
+    "MAX_GROUP_SUPPORT",
+    "SUPPORTS",
+    "AttributeReports",
+    "CountMeanSketch",
+    "HadamardCoefficients",
+    "attribute_bits",
+    "binary_codes",
+    "bits_for",
+    "coefficient_count",
+    "coefficient_masks",
+    "group_oracle",
+    "kset_histograms",
+    "plan_oracles",
+    "rr_keep",
+    "sketch_coefficients",
+    "sketch_hash",
+    "support_sizes",
+]
+
+MAX_CODE_BITS = 62
+"""A binary code (``ht``) is one int64."""
+MAX_GROUP_SUPPORT = 1 << 23
+"""The longest support vector a group of these formats may have (a 64 MiB count tensor)."""
+SUPPORTS = ("bits", "attributes")
+UNARY = ("oue", "sue")
+
+
+# -- small shared arithmetic ----------------------------------------------------------------
+def bits_for(count: int) -> int:
+    """ceil(log2 count): bits to name one of ``count`` things (0 for count <= 1)."""
+    return max(int(count) - 1, 0).bit_length()
+
+
+def rr_keep(epsilon: float) -> float:
+    """p = e^eps / (1 + e^eps): binary randomized response keeps the true sign."""
+    return 1.0 / (1.0 + math.exp(-epsilon))
+
+
+def attribute_bits(sizes: tuple[int, ...]) -> tuple[int, ...]:
+    """ceil(log2 c) bits per attribute of c values (CALM §5.3's binary encoding)."""
+    return tuple(bits_for(c) for c in sizes)
+
+
+def _offsets(bits: tuple[int, ...]) -> tuple[int, ...]:
+    return (0, *accumulate(bits))[: len(bits)]
+
+
+def binary_codes(values: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
+    """Each row of ``values`` (one column per attribute) as one int64: attribute j's value
+    at bit offset ``bits[0] + ... + bits[j-1]`` (the first attribute least significant)."""
+    bits = attribute_bits(sizes)
+    if sum(bits) > MAX_CODE_BITS:
+        raise DPMarginalsError(f"the binary encoding has {sum(bits)} bits; at most "
+                               f"{MAX_CODE_BITS} are supported")
+    arr = np.asarray(values, dtype=np.int64)
+    code = np.zeros(arr.shape[0], dtype=np.int64)
+    for j, off in enumerate(_offsets(bits)):
+        if bits[j]:
+            code |= arr[:, j] << off
+    return code
+
+
+def coefficient_count(sizes: tuple[int, ...], k: int, support: str) -> int:
+    """|T| of :func:`coefficient_masks` without enumerating it."""
+    bits = attribute_bits(sizes)
+    if support == "bits":
+        top = sum(sorted(bits, reverse=True)[:k])
+        return sum(math.comb(sum(bits), s) for s in range(1, top + 1))
+    e = [1] + [0] * k  # elementary symmetric sums of (2^b_a - 1)
+    for b in bits:
+        for j in range(k, 0, -1):
+            e[j] += e[j - 1] * ((1 << b) - 1)
+    return sum(e[1:])
+
+
+@lru_cache(maxsize=32)
+def coefficient_masks(sizes: tuple[int, ...], k: int, support: str) -> np.ndarray:
+    """The coefficient set T, sorted int64 bit masks over the binary code (module docstring;
+    cached, read-only).
+
+    >>> coefficient_masks((2, 2, 2), 2, "bits").tolist()
+    [1, 2, 3, 4, 5, 6]
+    """
+    masks = _coefficient_masks(tuple(int(c) for c in sizes), int(k), str(support))
+    masks.setflags(write=False)
+    return masks
+
+
+def _coefficient_masks(sizes: tuple[int, ...], k: int, support: str) -> np.ndarray:
+    bits = attribute_bits(sizes)
+    offsets = _offsets(bits)
+    wide = [i for i, b in enumerate(bits) if b]
+    top = sum(sorted(bits, reverse=True)[:k])
+    if (support == "bits" and top >= sum(bits)) or (support != "bits" and k >= len(wide)):
+        return np.arange(1, 1 << sum(bits), dtype=np.int64)  # every non-constant mask
+    out: list[int] = []
+    if support == "bits":
+        for s in range(1, top + 1):
+            out.extend(sum(1 << i for i in c) for c in combinations(range(sum(bits)), s))
+    else:
+        for s in range(1, min(k, len(wide)) + 1):
+            for attrs in combinations(wide, s):
+                parts = [[m << offsets[i] for m in range(1, 1 << bits[i])] for i in attrs]
+                out.extend(sum(p) for p in product(*parts))
+    return np.unique(np.asarray(out, dtype=np.int64))
+
+
+def sketch_coefficients(seed: int, g: int) -> np.ndarray:
+    """The (3, g) coefficients (a, b, c) of the g sketch hashes, uniform mod P = 2^31 - 1,
+    drawn from the public ``seed`` (numpy's PCG64: every client computes the same)."""
+    gen = np.random.default_rng(seed)
+    return gen.integers(0, PRIME, size=(3, g, 1), dtype=np.int64)[:, :, 0]
+
+
+def sketch_hash(coef: np.ndarray, x: np.ndarray, w: int) -> np.ndarray:
+    """h(x) = ((a x^2 + b x + c) mod P) mod w for coefficient columns ``coef`` (3, ...)
+    broadcast against ``x`` (< 2^31): 3-wise independent (Cormode et al. B.2).  Every
+    product stays below 2^62."""
+    t = coef[0] * x % PRIME
+    t = (t * x + coef[1] * x % PRIME + coef[2]) % PRIME
+    return t % w
+
+
+def _int_param(plan: Plan, key: str, low: int) -> int:
+    value = plan.params.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise DPMarginalsError(f"plan params.{key} must be an integer >= {low}, got {value!r}")
+    return value
+
+
+# -- the signed-index formats: ht and cms ---------------------------------------------------
+@dataclass(frozen=True)
+class _SignedIndex(ABC):
+    """A uniform index i in [K] and one bit of the input at i through eps-randomized
+    response (Cormode et al. Alg. 1); payload ``[i, b]``, support: reports per (i, b)."""
+
+    epsilon: float
+    name: ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
+
+    @property
+    @abstractmethod
+    def K(self) -> int:
+        """The number of indices."""
+
+    @abstractmethod
+    def encode(self, values: np.ndarray) -> np.ndarray:
+        """The group's attribute values (n, a) -> the randomizer's inputs (n,)."""
+
+    @abstractmethod
+    def true_bits(self, inputs: np.ndarray, index: np.ndarray) -> np.ndarray:
+        """The unperturbed bit of each input at its index (0: sign +1, 1: sign -1)."""
+
+    @property
+    def p(self) -> float:
+        return rr_keep(self.epsilon)
+
+    @property
+    def size(self) -> int:
+        """2 K: the support counts reports per (index, bit), at 2 i + b."""
+        return 2 * self.K
+
+    @property
+    def report_bits(self) -> int:
+        return bits_for(self.K) + 1
+
+    def perturb(self, inputs: ArrayLike, *, rng: RNGLike = None) -> np.ndarray:
+        """(i, b) per user, int64 (n, 2): i uniform in [K], b the true bit kept w.p. p."""
+        x = np.asarray(inputs, dtype=np.int64).ravel()
+        src = client_rng(rng)
+        i = np.asarray(src.integers(0, self.K, size=x.size), dtype=np.int64)
+        flip = (np.asarray(src.random(x.size)) >= self.p).astype(np.int64)
+        return np.column_stack((i, self.true_bits(x, i) ^ flip))
+
+    def check(self, reports: ArrayLike) -> np.ndarray:
+        """Raise unless every report is (i, b) with 0 <= i < K and b in {0, 1}."""
+        arr = as_report_columns(reports, 2, self.name)
+        check_range(arr[:, 0], self.K, f"{self.name} index")
+        check_range(arr[:, 1], 2, f"{self.name} bit")
+        return arr
+
+    def support(self, reports: ArrayLike) -> np.ndarray:
+        arr = self.check(reports)
+        return np.bincount(2 * arr[:, 0] + arr[:, 1], minlength=self.size).astype(np.int64)
+
+    def output_distribution(self, value: int) -> np.ndarray:
+        """P[(i, b) | input] for all 2K outputs, at 2 i + b."""
+        index = np.arange(self.K, dtype=np.int64)
+        true = self.true_bits(np.full(self.K, int(value), dtype=np.int64), index)
+        probs = np.where(np.arange(2)[None, :] == true[:, None], self.p, 1 - self.p)
+        return (probs / self.K).ravel()
+
+
+@dataclass(frozen=True)
+class HadamardCoefficients(_SignedIndex):
+    """``ht``: one Hadamard coefficient of the user's binary code (InpHT/FT, MargHT)."""
+
+    sizes: tuple[int, ...] = ()
+    k: int = 1
+    support_kind: str = "attributes"
+    name: ClassVar[str] = "ht"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.support_kind not in SUPPORTS:
+            raise DPMarginalsError(f"plan params.support must be one of {list(SUPPORTS)}, got "
+                                   f"{self.support_kind!r}")
+        if sum(attribute_bits(self.sizes)) > MAX_CODE_BITS:
+            raise DPMarginalsError(f"ht codes have at most {MAX_CODE_BITS} bits, got "
+                                   f"{sum(attribute_bits(self.sizes))}")
+
+    @cached_property
+    def K(self) -> int:
+        return coefficient_count(self.sizes, self.k, self.support_kind)
+
+    @cached_property
+    def masks(self) -> np.ndarray:
+        """T: the sorted coefficient masks."""
+        return coefficient_masks(self.sizes, self.k, self.support_kind)
+
+    def encode(self, values: np.ndarray) -> np.ndarray:
+        return binary_codes(values, self.sizes)
+
+    def true_bits(self, inputs: np.ndarray, index: np.ndarray) -> np.ndarray:
+        return parity(self.masks[index] & inputs)
+
+
+@dataclass(frozen=True)
+class CountMeanSketch(_SignedIndex):
+    """``cms``: Apple's Hadamard count-mean sketch of the user's cell (InpHTCMS)."""
+
+    sizes: tuple[int, ...] = ()
+    g: int = 5
+    w: int = 256
+    hash_seed: int = 0
+    name: ClassVar[str] = "cms"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.w < 2 or self.w & (self.w - 1):
+            raise DPMarginalsError(f"plan params.w must be a power of two >= 2, got {self.w}")
+        if math.prod(self.sizes) >= PRIME:
+            raise DPMarginalsError(f"cms hashes cells below {PRIME}; the group has "
+                                   f"{math.prod(self.sizes):,}")
+
+    @property
+    def K(self) -> int:
+        return self.g * self.w
+
+    @cached_property
+    def coefficients(self) -> np.ndarray:
+        return sketch_coefficients(self.hash_seed, self.g)
+
+    def encode(self, values: np.ndarray) -> np.ndarray:
+        arr = np.asarray(values, dtype=np.int64)
+        return np.ravel_multi_index(tuple(arr.T), self.sizes).astype(np.int64)
+
+    def true_bits(self, inputs: np.ndarray, index: np.ndarray) -> np.ndarray:
+        j, col = index // self.w, index % self.w
+        return parity(col & sketch_hash(self.coefficients[:, j], inputs, self.w))
+
+
+# -- em: every attribute at eps/d ------------------------------------------------------------
+@dataclass(frozen=True)
+class AttributeReports:
+    """``em``: every attribute through its own oracle at eps / d (EM, InpEM)."""
+
+    epsilon: float
+    sizes: tuple[int, ...]
+    oracles: tuple[str, ...]
+    k: int
+    name: ClassVar[str] = "em"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
+        d = len(self.sizes)
+        if len(self.oracles) != d or any(
+                o != "none" and o not in ORACLES for o in self.oracles):
+            raise DPMarginalsError(f"plan params.attribute_oracles must name {d} oracles "
+                                   f"(or 'none'), got {list(self.oracles)!r:.120}")
+        for o, c in zip(self.oracles, self.sizes, strict=True):
+            if (o == "none") != (c < 2):
+                raise DPMarginalsError(f"an attribute of {c} values cannot report with "
+                                       f"oracle {o!r}")
+            if o in UNARY and c > MAX_CODE_BITS:
+                raise DPMarginalsError(f"a unary report of {c} bits does not fit one class "
+                                       "integer")
+        if not 1 <= self.k <= d:
+            raise DPMarginalsError(f"plan params.k must be in 1..{d}, got {self.k}")
+
+    @property
+    def d(self) -> int:
+        return len(self.sizes)
+
+    @cached_property
+    def attribute_oracles(self) -> tuple[FrequencyOracle | None, ...]:
+        eps = self.epsilon / self.d
+        return tuple(None if o == "none" else make_oracle(o, eps, c)
+                     for o, c in zip(self.oracles, self.sizes, strict=True))
+
+    @cached_property
+    def classes(self) -> tuple[int, ...]:
+        """Reported classes per attribute: 1 (none), c (GRR) or 2^c (a unary bit vector)."""
+        return tuple(1 if o == "none" else (1 << c) if o in UNARY else c
+                     for o, c in zip(self.oracles, self.sizes, strict=True))
+
+    @cached_property
+    def ksets(self) -> tuple[tuple[int, ...], ...]:
+        return tuple(combinations(range(self.d), self.k))
+
+    @cached_property
+    def size(self) -> int:
+        return sum(math.prod(self.classes[i] for i in q) for q in self.ksets)
+
+    @property
+    def report_bits(self) -> int:
+        return sum(o.report_bits for o in self.attribute_oracles if o is not None)
+
+    def encode(self, values: np.ndarray) -> np.ndarray:
+        return np.asarray(values, dtype=np.int64)
+
+    def perturb(self, values: ArrayLike, *, rng: RNGLike = None) -> np.ndarray:
+        """Every user's class per attribute, int64 (n, d): attribute j through its oracle
+        (one source, attribute by attribute)."""
+        arr = np.asarray(values, dtype=np.int64)
+        if arr.ndim != 2 or arr.shape[1] != self.d:
+            raise DPMarginalsError(f"em inputs must have shape (n, {self.d}), got {arr.shape}")
+        src = client_rng(rng)
+        out = np.zeros(arr.shape, dtype=np.int64)
+        for j, oracle in enumerate(self.attribute_oracles):
+            if oracle is None:
+                continue
+            reported = oracle.perturb(arr[:, j], rng=src)
+            if oracle.name in UNARY:  # the packed bits read as a little-endian integer
+                shifts = 8 * np.arange(reported.shape[1], dtype=np.int64)
+                reported = (reported.astype(np.int64) << shifts).sum(axis=1)
+            out[:, j] = reported
+        return out
+
+    def check(self, reports: ArrayLike) -> np.ndarray:
+        arr = as_report_columns(reports, self.d, self.name)
+        for j, c in enumerate(self.classes):
+            check_range(arr[:, j], c, f"em class of attribute {j}")
+        return arr
+
+    def support(self, reports: ArrayLike) -> np.ndarray:
+        """The histograms of the reported classes on every k-set, concatenated."""
+        arr = self.check(reports)
+        if not arr.size:
+            return np.zeros(self.size, dtype=np.int64)
+        if math.prod(self.classes) < 1 << 62:
+            keys, counts = np.unique(np.ravel_multi_index(tuple(arr.T), self.classes),
+                                     return_counts=True)
+            rows = np.column_stack(np.unravel_index(keys, self.classes))
+        else:
+            rows, counts = np.unique(arr, axis=0, return_counts=True)
+        return self.support_of_tuples(rows.reshape(-1, self.d), counts)
+
+    def support_of_tuples(self, tuples: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """:meth:`support` from distinct reported tuples (U, d) and their counts (U,)."""
+        return np.concatenate(kset_histograms(tuples, counts, self.classes, self.ksets))
+
+    def split(self, support: np.ndarray) -> list[np.ndarray]:
+        """A support vector -> one histogram per k-set, shaped by the classes."""
+        out, start = [], 0
+        for q in self.ksets:
+            dims = tuple(self.classes[i] for i in q)
+            out.append(np.asarray(support[start : start + math.prod(dims)]).reshape(dims))
+            start += math.prod(dims)
+        return out
+
+    def output_distribution(self, values: Any) -> np.ndarray:
+        """P[classes | record] over every joint output (C order over the classes)."""
+        dist = np.ones(1)
+        for oracle, v in zip(self.attribute_oracles, np.asarray(values).ravel(), strict=True):
+            if oracle is not None:
+                dist = np.outer(dist, oracle.output_distribution(int(v))).ravel()
+        return dist
+
+
+def kset_histograms(tuples: np.ndarray, counts: np.ndarray, classes: Sequence[int],
+                    ksets: Sequence[Sequence[int]]) -> list[np.ndarray]:
+    """The histogram (flat, C order, int64) of class tuples (U, d) weighted by ``counts``
+    on each set of columns in ``ksets`` (column j has ``classes[j]`` classes)."""
+    rows = np.asarray(tuples, dtype=np.int64).reshape(-1, len(classes))
+    out = []
+    for q in ksets:
+        dims = tuple(int(classes[i]) for i in q)
+        key = np.ravel_multi_index(tuple(rows[:, list(q)].T), dims)
+        hist = np.bincount(key, weights=counts, minlength=math.prod(dims))
+        out.append(np.rint(hist).astype(np.int64))
+    return out
+
+
+FORMATS = ("ht", "cms", "em")
+KNOWN = (*sorted(ORACLES), *FORMATS)
+
+
+def group_oracle(plan: Plan, group: int) -> Any:
+    """Group ``group``'s frequency oracle or report format, from the plan alone."""
+    spec = plan.groups[group]
+    if spec.oracle in ORACLES:
+        return make_oracle(spec.oracle, spec.epsilon, spec.cells)
+    sizes = tuple(plan.domain.size(a) for a in spec.attributes)
+    if spec.oracle == "ht":
+        support = plan.params.get("support", "attributes")
+        return HadamardCoefficients(spec.epsilon, sizes, _int_param(plan, "k", 1), support)
+    if spec.oracle == "cms":
+        return CountMeanSketch(spec.epsilon, sizes, _int_param(plan, "g", 1),
+                               _int_param(plan, "w", 2), _int_param(plan, "hash_seed", 0))
+    if spec.oracle == "em":
+        names = plan.params.get("attribute_oracles")
+        if not isinstance(names, list) or len(names) != len(plan.domain):
+            raise DPMarginalsError(f"plan params.attribute_oracles must list one oracle per "
+                                   f"attribute, got {names!r:.120}")
+        chosen = tuple(str(names[plan.domain.index(a)]) for a in spec.attributes)
+        return AttributeReports(spec.epsilon, sizes, chosen, _int_param(plan, "k", 1))
+    raise DPMarginalsError(f"oracle must be one of {list(KNOWN)}, got {spec.oracle!r}")
+
+
+def plan_oracles(plan: Plan) -> list[Any]:
+    """Every group's oracle or format (:func:`group_oracle`)."""
+    if not isinstance(plan, Plan):
+        raise DPMarginalsError(f"expected a Plan, got {type(plan).__name__}")
+    return [group_oracle(plan, g) for g in range(plan.m)]
+
+
+def support_sizes(plan: Plan) -> list[int]:
+    """The length of every group's support vector (a frequency oracle's: its cells)."""
+    return [int(o.size) for o in plan_oracles(plan)]
