@@ -1,0 +1,258 @@
+"""The collection service in the open (issue 17): error shapes, plan admission, body limits,
+tokens, tickets, cached releases, lifecycle, private files, coarse status.
+
+In-process through FastAPI's TestClient; the real-socket checks (timeouts, memory under
+concurrent large bodies) are in tests/test_service_e2e.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("fastapi")
+import warnings
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+from dpmarginals.core.domain import Domain
+from dpmarginals.local.calm import CALM
+from dpmarginals.protocol.client import make_reports
+from dpmarginals.protocol.plan import Plan
+from dpmarginals.service.app import Limits, create_app
+from dpmarginals.service.errors import ServiceError
+from dpmarginals.service.limits import BodyReader, RateLimiter
+from dpmarginals.service.store import SQLiteStore
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+TOKEN = "open-admin-token"
+ANALYST = "open-analyst-token"
+ADMIN = {"Authorization": f"Bearer {TOKEN}"}
+READER = {"Authorization": f"Bearer {ANALYST}"}
+DOMAIN = Domain(("a", "b", "c", "d"), (2, 3, 4, 2))
+ERROR_KEYS = {"error", "reason", "index", "duplicates"}
+
+
+def calm_plan(n: int = 3000) -> Plan:
+    return CALM(epsilon=1.0, k=2).plan(DOMAIN, n)
+
+
+def records(n: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, DOMAIN.sizes, size=(n, len(DOMAIN)))
+
+
+@pytest.fixture
+def api(tmp_path):
+    app = create_app(tmp_path / "open.db", admin_token=TOKEN, analyst_token=ANALYST)
+    with TestClient(app) as client:
+        yield client
+
+
+def create(api: TestClient, name: str = "c1", plan: Plan | None = None, **settings) -> Plan:
+    plan = plan or calm_plan()
+    body = {"id": name, "plan": plan.to_dict(), "settings": {"refresh_seconds": 0, **settings}}
+    r = api.post("/campaigns", json=body, headers=ADMIN)
+    assert r.status_code == 201, r.text
+    return plan
+
+
+def ticketed(api: TestClient, name: str, plan: Plan, rows: np.ndarray, seed: int = 1
+             ) -> list[dict]:
+    """Reports of ``rows`` as the client makes them: assigned groups, with their tickets."""
+    given = api.get(f"/campaigns/{name}/assignment", params={"count": len(rows)}).json()
+    reports = make_reports(plan, rows, max_epsilon=1.0, rng=seed,
+                           groups=np.asarray(given["groups"]))
+    return [{**r, "ticket": t} for r, t in zip(reports, given["tickets"], strict=True)]
+
+
+def assert_error(r, status: int, code: str) -> dict:
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert set(body) <= ERROR_KEYS and body["error"] == code and body["reason"], body
+    return body
+
+
+def released(api: TestClient, name: str, reports: int, attrs: str = "a,b") -> dict:
+    deadline = time.monotonic() + 60
+    while True:
+        r = api.get(f"/campaigns/{name}/marginals", params={"attributes": attrs},
+                    headers=READER)
+        if r.status_code == 200 and r.json()["reports"] == reports:
+            return r.json()
+        assert time.monotonic() < deadline, r.text
+        time.sleep(0.02)
+
+
+# -- 1. every error in the documented shape ------------------------------------------------
+def test_every_error_has_the_documented_shape(api):
+    create(api)
+    cases = [
+        (api.get("/no/such/path"), 404, "not_found"),
+        (api.delete("/campaigns/c1/plan"), 405, "method_not_allowed"),
+        (api.put("/campaigns"), 405, "method_not_allowed"),
+        (api.get("/campaigns/bad%20id!/plan"), 422, "invalid_request"),
+        (api.get("/campaigns/" + "x" * 65 + "/plan"), 422, "invalid_request"),
+        (api.get("/campaigns/nope/plan"), 404, "unknown_campaign"),
+        (api.get("/campaigns/c1/assignment", params={"count": "x"}), 422, "invalid_request"),
+        (api.get("/campaigns/c1/assignment", params={"count": 0}), 422, "invalid_request"),
+        (api.get("/campaigns/c1/marginals", headers=READER), 422, "invalid_request"),
+        (api.get("/campaigns/c1/marginals", params={"attributes": "a", "format": "xml"},
+                 headers=READER), 422, "invalid_request"),
+        (api.get("/campaigns/c1/marginals", params={"attributes": "a", "std": "maybe"},
+                 headers=READER), 422, "invalid_request"),
+        (api.post("/campaigns/c1/reports", content=b"{"), 400, "invalid_json"),
+        (api.post("/campaigns/c1/reports", content=b'"\xff"'), 400, "invalid_json"),
+        (api.post("/campaigns/c1/reports", json={"x": 1}), 422, "invalid_report"),
+        (api.post("/campaigns", json={"id": "x"}, headers=ADMIN), 422, "invalid_request"),
+    ]
+    for r, status, code in cases:
+        assert_error(r, status, code)
+    reason = assert_error(cases[6][0], 422, "invalid_request")["reason"]
+    assert "count" in reason and "'x'" in reason  # names the parameter and the value
+
+
+def test_plans_that_could_fail_later_are_refused_on_creation(api):
+    """Issue 17: group epsilon 1000 or 1e308 overflowed when reports were posted, and a lone
+    surrogate was stored and could not be served: now 422 at creation, nothing stored."""
+    good = calm_plan().to_dict()
+    unhashed = {k: v for k, v in good.items() if k != "hash"}
+
+    def with_group_epsilon(eps: float) -> dict:
+        groups = [{**g, "epsilon": eps} for g in unhashed["groups"]]
+        return {**unhashed, "epsilon": eps, "groups": groups}
+
+    surrogate = json.dumps({"id": "s", "plan": {**unhashed, "method": "calm"}}).replace(
+        '"calm"', '"calm\\ud800"', 1)
+    label = json.dumps({"id": "s", "plan": unhashed}).replace('"a": 2', '"a": ["x\\udfff", "y"]')
+    cases = [
+        (with_group_epsilon(1000.0), "exceeds 20.0"),
+        (with_group_epsilon(1e308), "exceeds 20.0"),
+        ({**unhashed, "groups": [{**unhashed["groups"][0], "epsilon": 1000.0}]}, "epsilon"),
+        ({**unhashed, "epsilon": 0.0}, "epsilon"),
+        ({**unhashed, "epsilon": -1.0}, "epsilon"),
+        ({**unhashed, "params": {"k": 2, "note": "x" * 5000}}, "at most 4,096"),
+        ({**unhashed, "groups": [{**unhashed["groups"][0], "oracle": "rappor"}]}, "oracle"),
+        ({**unhashed, "method": "no-such"}, "unknown"),
+    ]
+    for plan, reason in cases:
+        r = api.post("/campaigns", json={"id": "bad", "plan": plan}, headers=ADMIN)
+        assert reason in assert_error(r, 422, "invalid_plan")["reason"], (plan, r.text)
+    for text in (surrogate, label):
+        r = api.post("/campaigns", content=text.encode(), headers=ADMIN)
+        assert "surrogate" in assert_error(r, 422, "invalid_plan")["reason"], r.text
+    for settings in ({"tickets": "maybe"}, {"min_reports": -1}, {"refresh_seconds": 1e9},
+                     {"alpha": 0}, {"public": "yes"}, {"unknown": 1}):
+        r = api.post("/campaigns", json={"id": "bad", "plan": good, "settings": settings},
+                     headers=ADMIN)
+        assert_error(r, 422, "invalid_settings")
+    assert api.get("/campaigns", headers=ADMIN).json() == {"campaigns": []}
+
+
+def test_bodies_are_refused_before_they_are_buffered_or_parsed():
+    async def scenario() -> None:
+        reader = BodyReader(4096, max_buffered=6000, body_timeout=0.2)
+
+        class Request:
+            def __init__(self, length: int | None, chunks: list[bytes], delay: float = 0.0):
+                self.headers = {} if length is None else {"content-length": str(length)}
+                self.chunks, self.delay, self.read = chunks, delay, 0
+
+            async def stream(self):
+                for chunk in self.chunks:
+                    await asyncio.sleep(self.delay)
+                    self.read += len(chunk)
+                    yield chunk
+
+        big = Request(5000, [b"x" * 5000])
+        with pytest.raises(ServiceError) as err:
+            async with reader.read(big):
+                pass
+        assert err.value.status == 413 and big.read == 0  # refused unread
+        unsized = Request(None, [b"x" * 1000] * 5)
+        with pytest.raises(ServiceError) as err:
+            async with reader.read(unsized):
+                pass
+        assert err.value.status == 413 and unsized.read == 5000  # stopped while streaming
+        async with reader.read(Request(4000, [b"y" * 4000])) as first:
+            assert len(first) == 4000 and reader.buffered == 4000
+            second = Request(4000, [b"z" * 4000])
+            with pytest.raises(ServiceError) as err:  # over the shared budget: 503, unread
+                async with reader.read(second):
+                    pass
+            assert (err.value.status, err.value.headers["Retry-After"]) == (503, "1")
+            assert second.read == 0
+        assert reader.buffered == 0
+        slow = Request(300, [b"s" * 100] * 3, delay=0.15)
+        with pytest.raises(ServiceError) as err:
+            async with reader.read(slow):
+                pass
+        assert err.value.status == 408 and err.value.headers["Connection"] == "close"
+        assert reader.buffered == 0
+
+    asyncio.run(scenario())
+
+
+def test_rate_limits_answer_429_with_retry_after(tmp_path):
+    limits = Limits(requests_per_second=1.0, request_burst=3, tickets_per_second=1.0,
+                    ticket_burst=10)
+    app = create_app(tmp_path / "rate.db", admin_token=TOKEN, limits=limits)
+    with TestClient(app) as api:
+        create(api)
+        assert api.get("/campaigns/c1/assignment", params={"count": 10}).status_code == 200
+        r = api.get("/campaigns/c1/assignment")  # request 2 of 3, but no ticket is left
+        assert_error(r, 429, "rate_limited")
+        assert 1 <= int(r.headers["Retry-After"]) <= 2 and "tickets" in r.json()["reason"]
+        assert api.get("/campaigns/c1/plan").status_code == 200
+        r = api.get("/campaigns/c1/plan")  # the fourth request in a burst of three
+        assert_error(r, 429, "rate_limited")
+        assert "requests" in r.json()["reason"] and int(r.headers["Retry-After"]) >= 1
+        assert api.get("/health").status_code == 200  # not limited
+    limiter = RateLimiter(rate=2.0, burst=4)
+    assert [limiter.take("s", now=0.0) for _ in range(5)] == [0.0] * 4 + [0.5]
+    assert limiter.take("s", 4, now=2.0) == 0.0 and limiter.take("s", 5, now=99) == float("inf")
+
+
+def test_store_files_are_private_and_the_token_stays_off_the_command_line(tmp_path):
+    store = SQLiteStore(tmp_path / "private.db")
+    store.create_campaign("c", calm_plan())
+    for suffix in ("", "-wal", "-shm"):
+        path = Path(f"{tmp_path / 'private.db'}{suffix}")
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, suffix
+    store.close()
+    loose = tmp_path / "loose.db"
+    loose.touch(mode=0o644)
+    os.chmod(loose, 0o644)
+    SQLiteStore(loose).close()
+    assert stat.S_IMODE(loose.stat().st_mode) == 0o600
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    for args in (["serve", "--admin-token", "s3cret"],
+                 ["campaign", "create", "--server", "http://x", "--id", "c", "--token", "s3"]):
+        out = subprocess.run([sys.executable, "-m", "dpmarginals.cli", *args], env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 2 and "Traceback" not in out.stderr
+        assert "visible to every local user" in out.stderr and "s3" not in out.stderr
+
+
+def test_status_does_not_reveal_the_group_of_the_last_report(api):
+    plan = create(api)
+    api.post("/campaigns/c1/reports/batch",
+             json={"reports": ticketed(api, "c1", plan, records(450))})
+    before = api.get("/campaigns/c1/status", headers=READER).json()
+    assert before["granularity"] == 100 and before["reports"] == 450
+    for one in ticketed(api, "c1", plan, records(plan.m, seed=3), seed=4):
+        assert api.post("/campaigns/c1/reports", json=one).status_code == 201
+        after = api.get("/campaigns/c1/status", headers=READER).json()
+        assert after["groups"] == before["groups"]  # per group: multiples of 100, unchanged
+    assert after["reports"] == 450 + plan.m
+    assert all(g["reports"] % 100 == 0 for g in after["groups"])
