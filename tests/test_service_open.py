@@ -109,8 +109,6 @@ def test_every_error_has_the_documented_shape(api):
         (api.get("/campaigns/c1/marginals", headers=READER), 422, "invalid_request"),
         (api.get("/campaigns/c1/marginals", params={"attributes": "a", "format": "xml"},
                  headers=READER), 422, "invalid_request"),
-        (api.get("/campaigns/c1/marginals", params={"attributes": "a", "std": "maybe"},
-                 headers=READER), 422, "invalid_request"),
         (api.post("/campaigns/c1/reports", content=b"{"), 400, "invalid_json"),
         (api.post("/campaigns/c1/reports", content=b'"\xff"'), 400, "invalid_json"),
         (api.post("/campaigns/c1/reports", json={"x": 1}), 422, "invalid_report"),
@@ -256,3 +254,189 @@ def test_status_does_not_reveal_the_group_of_the_last_report(api):
         assert after["groups"] == before["groups"]  # per group: multiples of 100, unchanged
     assert after["reports"] == 450 + plan.m
     assert all(g["reports"] % 100 == 0 for g in after["groups"])
+
+
+# -- 2. tokens, cached releases, min_reports, lifecycle ---------------------------------------
+def test_reads_need_the_analyst_token_unless_the_campaign_is_public(api):
+    plan = create(api, "private")
+    create(api, "open", plan, public=True)
+    for name in ("private", "open"):
+        api.post(f"/campaigns/{name}/reports/batch",
+                 json={"reports": ticketed(api, name, plan, records(600))})
+    for path in ("/campaigns/private/status", "/campaigns/private/marginals?attributes=a"):
+        for headers in ({}, {"Authorization": "Bearer wrong"}):
+            r = api.get(path, headers=headers)
+            assert_error(r, 401, "unauthorized")
+            assert r.headers["WWW-Authenticate"] == "Bearer"
+        assert api.get(path, headers=READER).status_code == 200
+        assert api.get(path, headers=ADMIN).status_code == 200  # the admin reads too
+    assert api.get("/campaigns/open/status").status_code == 200
+    assert api.get("/campaigns/open/marginals", params={"attributes": "a"}).status_code == 200
+    assert_error(api.get("/campaigns/private/reports", headers=READER), 401, "unauthorized")
+    assert_error(api.post("/campaigns/private/close", headers=READER), 401, "unauthorized")
+
+
+def test_a_release_is_made_once_per_change_and_reads_are_lookups(api, monkeypatch):
+    import dpmarginals.service.releases as releases
+
+    made = []
+    real = releases.synopsis_from_counts
+    monkeypatch.setattr(releases, "synopsis_from_counts",
+                        lambda plan, counts: made.append(counts.n) or real(plan, counts))
+    plan = create(api, "slow", refresh_seconds=3600)
+    api.post("/campaigns/slow/reports/batch",
+             json={"reports": ticketed(api, "slow", plan, records(900))})
+    first = released(api, "slow", 900)
+    for attrs in ("a,b", "c,d", "a", "b,c,d", "a,b"):  # answers of the one release
+        r = api.get("/campaigns/slow/marginals", params={"attributes": attrs}, headers=READER)
+        assert r.json()["release"]["number"] == 1
+    api.post("/campaigns/slow/reports/batch",
+             json={"reports": ticketed(api, "slow", plan, records(300, seed=5))})
+    again = api.get("/campaigns/slow/marginals", params={"attributes": "a,b"}, headers=READER)
+    assert again.json()["values"] == first["values"] and again.json()["reports"] == 900
+    assert made == [900]  # one release; eight reads and a change within refresh_seconds
+    create(api, "fast", plan)  # refresh_seconds 0: a release after every change
+    for k in range(3):
+        api.post("/campaigns/fast/reports/batch",
+                 json={"reports": ticketed(api, "fast", plan, records(200, seed=10 + k))})
+        answer = released(api, "fast", 200 * (k + 1))
+    assert answer["release"]["number"] <= 4 and made.count(600) == 1
+
+
+def test_nothing_is_released_before_min_reports(api):
+    plan = create(api, "m", min_reports=1000)
+    api.post("/campaigns/m/reports/batch", json={"reports": ticketed(api, "m", plan,
+                                                                     records(999))})
+    r = api.get("/campaigns/m/marginals", params={"attributes": "a"}, headers=READER)
+    assert "1,000 reports" in assert_error(r, 409, "not_enough_reports")["reason"]
+    api.post("/campaigns/m/reports", json=ticketed(api, "m", plan, records(1, seed=2))[0])
+    assert released(api, "m", 1000)["reports"] == 1000
+
+
+def test_a_closed_or_expired_campaign_takes_nothing_more_but_still_answers(api):
+    plan = create(api)
+    api.post("/campaigns/c1/reports/batch", json={"reports": ticketed(api, "c1", plan,
+                                                                      records(500))})
+    spare = ticketed(api, "c1", plan, records(5, seed=3))
+    assert api.post("/campaigns/c1/close", headers=ADMIN).json()["state"] == "closed"
+    assert_error(api.get("/campaigns/c1/assignment"), 410, "campaign_closed")
+    assert_error(api.post("/campaigns/c1/reports", json=spare[0]), 410, "campaign_closed")
+    assert_error(api.post("/campaigns/c1/reports/batch", json={"reports": spare}), 410,
+                 "campaign_closed")
+    assert released(api, "c1", 500)["reports"] == 500
+    assert api.get("/campaigns/c1/status", headers=READER).json()["state"] == "closed"
+    create(api, "past", plan, expires_at=time.time() - 1)
+    assert "expired" in assert_error(api.get("/campaigns/past/assignment"), 410,
+                                     "campaign_closed")["reason"]
+    assert_error(api.post("/campaigns/nope/close", headers=ADMIN), 404, "unknown_campaign")
+
+
+# -- 3. tickets: one report per assignment -------------------------------------------------
+def test_each_report_needs_an_unused_ticket_of_its_group(api):
+    plan = create(api)
+    reports = ticketed(api, "c1", plan, records(10))
+    bare = [{k: v for k, v in r.items() if k != "ticket"} for r in reports]
+    assert_error(api.post("/campaigns/c1/reports", json=bare[0]), 403, "ticket_required")
+    body = assert_error(api.post("/campaigns/c1/reports/batch",
+                                 json={"reports": [*reports[:3], bare[3]]}), 403,
+                        "ticket_required")
+    assert body["index"] == 3
+    forged = {**reports[0], "ticket": reports[0]["ticket"][:-2] + "AA"}
+    assert_error(api.post("/campaigns/c1/reports", json=forged), 403, "invalid_ticket")
+    other = next(r for r in reports if r["group"] != reports[0]["group"])
+    swapped = {**reports[0], "ticket": other["ticket"]}
+    assert "issued for group" in assert_error(api.post("/campaigns/c1/reports", json=swapped),
+                                              403, "invalid_ticket")["reason"]
+    create(api, "c2", plan)
+    foreign = ticketed(api, "c2", plan, records(1))[0]
+    assert "another campaign" in assert_error(api.post("/campaigns/c1/reports", json={
+        **reports[0], "ticket": foreign["ticket"]}), 403, "invalid_ticket")["reason"]
+    assert api.post("/campaigns/c1/reports/batch", json={"reports": reports}).json() == {
+        "accepted": 10}
+    # the same batch again (a retry): all duplicates, which the client counts as stored
+    again = assert_error(api.post("/campaigns/c1/reports/batch", json={"reports": reports}),
+                         409, "duplicate_report")
+    assert again["duplicates"] == list(range(10))
+    # more reports than tickets: a fresh report on a spent ticket is refused
+    fresh = make_reports(plan, records(1, seed=9), max_epsilon=1.0, rng=9,
+                         groups=[reports[0]["group"]])[0]
+    assert_error(api.post("/campaigns/c1/reports", json={**fresh, "ticket": reports[0][
+        "ticket"]}), 409, "ticket_used")
+    twice = ticketed(api, "c1", plan, records(2, seed=4))
+    twice[1] = {**twice[1], "group": twice[0]["group"], "ticket": twice[0]["ticket"]}
+    twice[1]["payload"] = twice[0]["payload"]
+    assert assert_error(api.post("/campaigns/c1/reports/batch", json={"reports": twice}),
+                        409, "ticket_used")["index"] == 1
+    assert api.get("/campaigns/c1/status", headers=READER).json()["reports"] == 10
+
+
+def test_ticket_modes_any_and_off(api):
+    plan = create(api, "any", tickets="any")
+    given = api.get("/campaigns/any/assignment", params={"count": 4}).json()
+    own_groups = [(g + 1) % plan.m for g in given["groups"]]  # the device chooses
+    reports = make_reports(plan, records(4), max_epsilon=1.0, rng=3, groups=own_groups)
+    ticketed_reports = [{**r, "ticket": t} for r, t in zip(reports, given["tickets"],
+                                                           strict=True)]
+    assert api.post("/campaigns/any/reports/batch",
+                    json={"reports": ticketed_reports}).status_code == 201
+    assert_error(api.post("/campaigns/any/reports", json=reports[0]), 409, "duplicate_report")
+    create(api, "off", plan, tickets="off")
+    assert "ticket" not in api.get("/campaigns/off/assignment").json()
+    assert api.post("/campaigns/off/reports/batch", json={"reports": reports}).status_code == 201
+
+
+def _routed(api: TestClient, monkeypatch) -> None:
+    """ServiceClient's HTTP requests answered by the in-process app."""
+    from dpmarginals.protocol.client import ServiceClient
+
+    def request(self, method, path, body=None, *, admin=False, raw=False):
+        headers = {"Authorization": f"Bearer {self.token}"} if admin else {}
+        r = api.request(method, path, json=body, headers=headers)
+        self.last_headers = {k.lower(): v for k, v in r.headers.items()}
+        if r.status_code >= 400:
+            raise ServiceClient._error(r.status_code, r.json())
+        return r.status_code, (r.text if raw else r.json())
+
+    monkeypatch.setattr(ServiceClient, "request", request)
+
+
+def test_every_collectable_method_runs_end_to_end_with_the_ticket_flow(api, monkeypatch):
+    """Every local method whose plan the service admits: campaign, the real client (plan
+    check, assignment + ticket, randomize, send), and the method's own release."""
+    from dpmarginals import methods
+    from dpmarginals.protocol.client import ServiceClient, play
+    from dpmarginals.protocol.reports import support_counts
+    from dpmarginals.service.admission import PlanRejected, admit_plan
+
+    _routed(api, monkeypatch)
+    n = 2000
+    rows = records(n, seed=21)
+    collected = []
+    for name in methods.available():
+        method = methods.make(name, epsilon=1.0, **({"k": 2} if name != "uni" else {}))
+        try:
+            plan = admit_plan(method.plan(DOMAIN, n).to_dict())
+        except (PlanRejected, TypeError):
+            continue  # not collectable (yet): its users do not report through an oracle
+        except Exception as exc:  # central methods: no local plan
+            assert "central" in str(exc).lower() or name == "priview", (name, exc)
+            continue
+        client = ServiceClient("http://testserver", name, token=TOKEN)
+        client.create_campaign(plan, {"refresh_seconds": 0})
+        mine = rows
+        if "encoded_from" in plan.params:  # BE: the device encodes its record first
+            from dpmarginals.core.dataset import Dataset
+            from dpmarginals.local.binary_encoding import BinaryEncoding
+
+            mine = BinaryEncoding(DOMAIN).encode(Dataset(rows, DOMAIN)).codes
+        out = play(client, mine, max_epsilon=1.0, batch=700)
+        assert out["sent"] == n
+        stored = client.export_reports()
+        assert len(stored) == n and not any("ticket" in r for r in stored)
+        want = methods.for_plan(plan).release(plan, support_counts(plan, stored))
+        got = released(api, name, n, "a,b")
+        np.testing.assert_allclose(got["values"], want.marginal(["a", "b"]).values.ravel(),
+                                   rtol=1e-9, atol=1e-12, err_msg=name)
+        collected.append(name)
+    print("collected through the service:", collected)
+    assert {"calm", "fc", "am", "be", "marg_ps", "marg_rr"} <= set(collected), collected

@@ -34,7 +34,6 @@ first bad report) changes nothing.  Reads answer from the campaign's cached rele
 # without the service extra.
 import copy
 import hmac
-import inspect
 import json
 import math
 import os
@@ -547,8 +546,6 @@ def _add_analyst_endpoints(app: Any, fa: Any, agg: Aggregator, guards: Any) -> N
         attributes: Annotated[str, Query(min_length=1, max_length=MAX_QUERY_LENGTH,
                                          description="comma-separated attribute names")],
         format: Annotated[Literal["json", "csv"], Query()] = "json",
-        std: Annotated[bool, Query(description="add per-cell standard errors (where the "
-                                   "method has them)")] = False,
     ) -> Response:
         found = agg.campaign(campaign)
         agg.check_reader(found, token)
@@ -565,11 +562,7 @@ def _add_analyst_endpoints(app: Any, fa: Any, agg: Aggregator, guards: Any) -> N
                                f"{MAX_ANSWER_CELLS:,}")
         release = agg.releases.current(found)
         _check_released(found, release)
-        if std and "std" not in inspect.signature(release.synopsis.marginal).parameters:
-            raise ServiceError(422, "invalid_request", f"the {found.plan.method!r} release "
-                               "has no standard errors")
-        body = release.answer((attrs, format, std), lambda: _answer(found, release, attrs,
-                                                                    format, std))
+        body = release.answer((attrs, format), lambda: _answer(found, release, attrs, format))
         media = "text/csv" if format == "csv" else "application/json"
         return Response(body, media_type=media)
 
@@ -582,17 +575,14 @@ def _check_released(campaign: Campaign, release: Release) -> None:
                            f"nothing before {campaign.settings.min_reports:,} reports")
 
 
-def _answer(campaign: Campaign, release: Release, attrs: tuple[str, ...], format: str,
-            std: bool) -> bytes:
-    if format == "json" and not std:
+def _answer(campaign: Campaign, release: Release, attrs: tuple[str, ...], format: str
+            ) -> bytes:
+    """A marginal's answer (per-cell standard errors are not computed here: their
+    bootstrap takes minutes per marginal; ``dpmarginals query --std`` gives them)."""
+    if format == "json":
         return marginal_answer(campaign, release, attrs)
-    table = (release.synopsis.marginal(list(attrs), std=True) if std
-             else release.synopsis.marginal(list(attrs)))
-    if format == "csv":
-        return table.to_frame().to_csv(index=False).encode()
-    body = {"campaign": campaign.name, "plan_hash": campaign.plan.hash,
-            "reports": release.reports, **table.to_dict(), "release": release.describe()}
-    return json.dumps(body, separators=(",", ":")).encode()
+    table = release.synopsis.marginal(list(attrs))
+    return table.to_frame().to_csv(index=False).encode()
 
 
 def _add_export_endpoint(app: Any, fa: Any, agg: Aggregator, guards: Any) -> None:

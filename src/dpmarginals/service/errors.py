@@ -43,7 +43,8 @@ ERROR_CODES: dict[int, str] = {
     404: "no such campaign (or path)",
     405: "method not allowed on this path",
     408: "the body did not arrive in time",
-    409: "conflict (duplicate report id, another plan, no or too few reports yet)",
+    409: "conflict (duplicate report id or spent ticket, another plan, no or too few "
+         "reports yet)",
     410: "the campaign is closed or expired",
     413: "body or batch too large",
     422: "invalid request (the reason says why)",
@@ -128,7 +129,8 @@ def add_error_handlers(app: Any) -> None:
 
     @app.exception_handler(ReportError)
     async def _report_error(request: Request, exc: ReportError) -> JSONResponse:
-        status = {"duplicate_report": 409, "plan_mismatch": 409}.get(exc.code, 422)
+        status = {"duplicate_report": 409, "plan_mismatch": 409, "ticket_used": 409}.get(
+            exc.code, 422)
         extra: dict[str, Any] = {}
         if exc.index is not None:
             extra["index"] = exc.index
