@@ -29,10 +29,11 @@ with warnings.catch_warnings():
 from dpmarginals.core.domain import Domain
 from dpmarginals.local.calm import CALM
 from dpmarginals.protocol.client import make_reports
-from dpmarginals.protocol.plan import Plan
+from dpmarginals.protocol.plan import GroupSpec, Plan
 from dpmarginals.service.app import Limits, create_app
 from dpmarginals.service.errors import ServiceError
 from dpmarginals.service.limits import BodyReader, RateLimiter
+from dpmarginals.service.poisoning import crafted_reports
 from dpmarginals.service.store import SQLiteStore
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -440,3 +441,71 @@ def test_every_collectable_method_runs_end_to_end_with_the_ticket_flow(api, monk
         collected.append(name)
     print("collected through the service:", collected)
     assert {"calm", "fc", "am", "be", "marg_ps", "marg_rr"} <= set(collected), collected
+
+
+# -- 4. poisoning: the robust-aggregation check ------------------------------------------------
+def _oracle_plan() -> Plan:
+    sets = [("a", "b"), ("b", "c"), ("c", "d"), ("a", "d"), ("a", "c")]
+    oracles = ["grr", "oue", "olh", "hr", "sue"]
+    return Plan("calm", 1.0, DOMAIN, tuple(GroupSpec(s, o, 1.0, DOMAIN.project(s).cells())
+                                           for s, o in zip(sets, oracles, strict=True)),
+                {"k": 2})
+
+
+def test_the_check_never_flags_honest_reports_and_flags_concentrated_crafted_ones():
+    """Honest collections: no flag (the bound is exact for every true distribution, so
+    each run's false-alarm chance is <= alpha = 1e-6; 24 runs).  Crafted reports that
+    support one cell, concentrated in one group, are flagged in every oracle: 400 beside
+    600 honest ones for GRR, OUE and SUE; OLH and HR, whose honest reports support any one
+    value with probability p = 0.48 and 0.73, only at 1,800 (75% of the group)."""
+    from dpmarginals.protocol.reports import support_counts
+    from dpmarginals.service.poisoning import check_counts
+
+    plan = _oracle_plan()
+    skewed = np.zeros((3000, 4), dtype=np.int64)  # everyone in one cell: the worst case
+    for seed in range(12):
+        for rows in (records(3000, seed=seed), skewed):
+            groups = np.arange(3000) % plan.m
+            counts = support_counts(plan, make_reports(plan, rows, max_epsilon=1.0,
+                                                       rng=seed, groups=groups))
+            assert check_counts(plan, counts) == [], seed
+    rng = np.random.default_rng(5)
+    honest = make_reports(plan, records(3000), max_epsilon=1.0, rng=1,
+                          groups=np.arange(3000) % plan.m)
+    for g, spec in enumerate(plan.groups):
+        many = 1800 if spec.oracle in ("olh", "hr") else 400
+        crafted = crafted_reports(plan, g, 1, many, mimic=False, rng=rng)
+        flags = check_counts(plan, support_counts(plan, honest + crafted))
+        assert [f.group for f in flags] in ([g], [g, g]), (spec.oracle, flags)
+        if spec.oracle in ("oue", "sue"):  # too few ones per vector
+            assert "total" in {f.test for f in flags}
+
+
+def test_a_release_leaves_a_flagged_group_out():
+    from dpmarginals.protocol.reports import PlanCodec, support_counts
+    from dpmarginals.service.releases import make_release
+    from dpmarginals.service.settings import CampaignSettings
+    from dpmarginals.service.store import Campaign
+
+    plan = calm_plan(6000)
+    rows = records(6000, seed=7)
+    honest = make_reports(plan, rows, max_epsilon=1.0, rng=2,
+                          groups=np.arange(6000) % plan.m)
+    target = 0
+    attrs = list(plan.groups[target].attributes)
+    crafted = crafted_reports(plan, target, 0, 600, mimic=False,
+                                    rng=np.random.default_rng(3))
+    clean, attacked = (support_counts(plan, r) for r in (honest, honest + crafted))
+
+    def cell(counts, **settings) -> tuple[float, list[int]]:
+        campaign = Campaign(1, "c", plan, PlanCodec(plan), CampaignSettings(**settings))
+        release = make_release(campaign, counts)
+        return float(release.synopsis.marginal(attrs).values.ravel()[0]), release.excluded
+
+    base, none = cell(clean)
+    assert none == []
+    moved, kept = cell(attacked, exclude_flagged=False)
+    defended, excluded = cell(attacked)
+    assert kept == [] and excluded == [target]
+    assert moved - base > 0.2, (base, moved)  # the attack works without the defence
+    assert abs(defended - base) < 0.05, (base, defended)

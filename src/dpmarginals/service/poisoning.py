@@ -40,7 +40,7 @@ import numpy as np
 from ..protocol.counts import Counts
 from ..protocol.plan import Plan
 
-__all__ = ["Flag", "check_counts"]
+__all__ = ["Flag", "check_counts", "crafted_reports"]
 
 
 @dataclass(frozen=True)
@@ -114,3 +114,39 @@ def _upper(n: int, p: float, level: float) -> float:
     from scipy import stats
 
     return float(stats.binom.isf(level, n, p))
+
+
+def crafted_reports(plan: Plan, group: int, cell: int, count: int, *, mimic: bool,
+                    rng: np.random.Generator) -> list[dict[str, Any]]:
+    """The attack the check is measured against (tests, benchmarks/load_service.py):
+    well-formed reports of ``group`` that support ``cell`` with probability 1.
+
+    Naive (``mimic=False``): the payload supports ``cell`` and as little else as the oracle
+    allows (OUE/SUE: only that bit).  ``mimic=True``: OUE/SUE vectors also set every other
+    bit with the oracle's q, so the number of ones looks honest (the input-manipulation
+    variant of Cao et al.'s attacks); GRR, OLH and HR payloads are the same either way.
+    """
+    from ..core.hashing import PRIME
+    from ..protocol.reports import PlanCodec
+
+    codec = PlanCodec(plan)
+    spec = plan.groups[group]
+    oracle = codec.oracle(group)
+    if spec.oracle == "grr":
+        native = np.full(count, cell, dtype=np.int64)
+    elif spec.oracle in ("oue", "sue"):
+        bits = (rng.random((count, spec.cells)) < oracle.q) if mimic else np.zeros(
+            (count, spec.cells), dtype=bool)
+        bits[:, cell] = True
+        native = np.packbits(bits, axis=1, bitorder="little")
+    elif spec.oracle == "olh":
+        a = rng.integers(1, PRIME, size=count)
+        b = rng.integers(0, PRIME, size=count)
+        y = (a * cell + b) % PRIME % oracle.g
+        native = np.column_stack(((a << 32) + b, y))
+    else:  # hr
+        from ..oracles._base import parity
+
+        j = rng.integers(1, oracle.K, size=count)
+        native = np.column_stack((j, parity((cell + 1) & j)))
+    return codec.reports(group, native)
