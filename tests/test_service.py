@@ -571,3 +571,37 @@ def test_two_postgres_stores_share_a_campaign(postgres_url):
         ids = [r["report_id"] for r in two.reports(second)]
         assert len(ids) == len(set(ids)) == sum(accepted)
         _assert_counts_match(one, first)
+
+
+def test_an_export_is_one_snapshot_while_batches_are_written(store):
+    """Issue 17: an export during writes returned 68 batches in part.  A snapshot holds
+    each batch wholly or not at all, and as many reports as it states."""
+    plan = mixed_plan()
+    campaign, _ = store.create_campaign(unique_name(), plan)
+    codec = campaign.codec
+    batches = [make_reports(plan, records(200, seed=s), max_epsilon=1.0, rng=s)
+               for s in range(40)]
+    batch_of = {r["report_id"]: i for i, batch in enumerate(batches) for r in batch}
+    stop = threading.Event()
+
+    def writer(offset: int) -> None:
+        for batch in batches[offset::2]:
+            store.add_reports(campaign, codec.decode(batch))
+        stop.set()
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in (0, 1)]
+    for t in threads:
+        t.start()
+    seen = []
+    while not stop.is_set() or not seen:
+        with store.snapshot(campaign) as (count, reports):
+            ids = [r["report_id"] for r in reports]
+        assert len(ids) == count
+        per_batch = np.bincount([batch_of[i] for i in ids], minlength=len(batches))
+        assert set(per_batch.tolist()) <= {0, 200}, "a batch is in the export in part"
+        seen.append(count)
+    for t in threads:
+        t.join()
+    with store.snapshot(campaign) as (count, reports):
+        assert count == sum(1 for _ in reports) == 8000
+    assert len(seen) >= 2

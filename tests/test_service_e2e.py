@@ -150,9 +150,11 @@ def test_serve_client_and_query_as_a_new_user(tmp_path):
     domain, data = _adult_sample(tmp_path, 5000)
     server = Server(tmp_path / "adult.db")
     try:
-        out = _run("campaign", "create", "--server", server.url, "--id",
-                   "adult", "--domain", str(domain), "--epsilon", "1.0", "--k", "2", "--n",
-                   "5000", "--save-plan", str(tmp_path / "plan.json"), "--tickets", "any")
+        out = _run("plan", "--domain", str(domain), "--epsilon", "1.0", "--k", "2", "--n",
+                   "5000", "--out", str(tmp_path / "plan.json"))  # no server needed
+        assert "wrote the plan" in out
+        out = _run("campaign", "create", "--server", server.url, "--id", "adult", "--plan",
+                   str(tmp_path / "plan.json"), "--tickets", "any")
         assert "created campaign 'adult'" in out
         plan = Plan.load(tmp_path / "plan.json")
         out = _run("client", "--server", server.url, "--campaign", "adult", "--data", str(data),
@@ -178,6 +180,12 @@ def test_serve_client_and_query_as_a_new_user(tmp_path):
         assert sorted(json.dumps(r, sort_keys=True) for r in exported) == sorted(
             json.dumps({k: v for k, v in r.items() if k != "ticket"}, sort_keys=True)
             for r in sent)
+        _run("estimate", "--reports", str(tmp_path / "export.jsonl"), "--plan",
+             str(tmp_path / "plan.json"), "--out", str(tmp_path / "from_jsonl.json"))
+        from_lines = load_synopsis(tmp_path / "from_jsonl.json")
+        for attrs in (["age", "sex"], ["race", "sex", "workclass"]):
+            np.testing.assert_allclose(from_lines.marginal(attrs).values,
+                                       local.marginal(attrs).values, atol=1e-9)
         root = tmp_path / "reports"
         out = _run("campaign", "export", "--server", server.url, "--id", "adult",
                    "--parquet", str(root))

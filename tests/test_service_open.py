@@ -509,3 +509,50 @@ def test_a_release_leaves_a_flagged_group_out():
     assert kept == [] and excluded == [target]
     assert moved - base > 0.2, (base, moved)  # the attack works without the defence
     assert abs(defended - base) < 0.05, (base, defended)
+
+
+# -- 5. offline formats: plan --out, JSON lines into estimate ----------------------------------
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    return subprocess.run([sys.executable, "-m", "dpmarginals.cli", *args], env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_a_plan_is_written_without_a_server_and_json_lines_are_estimated(tmp_path):
+    from dpmarginals.service import synopsis_from_reports
+    from dpmarginals.synopsis.base import load_synopsis
+
+    (tmp_path / "domain.json").write_text(json.dumps(dict(zip(DOMAIN.attributes,
+                                                              DOMAIN.sizes, strict=True))))
+    rows = records(3000, seed=31)
+    (tmp_path / "data.csv").write_text("a,b,c,d\n" + "\n".join(",".join(map(str, r))
+                                                                for r in rows.tolist()))
+    out = _cli("plan", "--domain", str(tmp_path / "domain.json"), "--epsilon", "1",
+               "--k", "2", "--n", "3000", "--out", str(tmp_path / "plan.json"))
+    assert out.returncode == 0 and "wrote the plan" in out.stdout, out.stderr
+    plan = Plan.load(tmp_path / "plan.json")
+    assert plan == calm_plan(3000) and plan.hash == calm_plan(3000).hash
+    out = _cli("client", "--plan", str(tmp_path / "plan.json"), "--data",
+               str(tmp_path / "data.csv"), "--max-epsilon", "1", "--save-reports",
+               str(tmp_path / "reports.jsonl"))
+    assert out.returncode == 0, out.stderr
+    out = _cli("estimate", "--reports", str(tmp_path / "reports.jsonl"), "--plan",
+               str(tmp_path / "plan.json"), "--out", str(tmp_path / "syn.json"))
+    assert out.returncode == 0 and "engine numpy" in out.stdout, out.stderr
+    reports = [json.loads(line) for line in (tmp_path / "reports.jsonl").read_text().split()]
+    want = synopsis_from_reports(plan, reports).marginal(["a", "b"]).values
+    got = load_synopsis(tmp_path / "syn.json").marginal(["a", "b"]).values
+    np.testing.assert_allclose(got, want, atol=1e-12)
+    lines = (tmp_path / "reports.jsonl").read_text().splitlines()
+    (tmp_path / "bad.jsonl").write_text("\n".join([*lines[:5], lines[2], *lines[5:9]]))
+    (tmp_path / "broken.jsonl").write_text("\n".join([*lines[:3], '{"version": 1}']))
+    for name, reason in (("bad.jsonl", "line 6: report_id"), ("bad.jsonl", "repeats line 3"),
+                         ("broken.jsonl", "line 4: missing fields")):
+        out = _cli("estimate", "--reports", str(tmp_path / name), "--plan",
+                   str(tmp_path / "plan.json"))
+        assert out.returncode == 2 and reason in out.stderr, out.stderr
+        assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+    for args, reason in ((["--engine", "duckdb"], "numpy engine"), ([], "--plan")):
+        plan_args = [] if reason == "--plan" else ["--plan", str(tmp_path / "plan.json")]
+        out = _cli("estimate", "--reports", str(tmp_path / "reports.jsonl"), *plan_args, *args)
+        assert out.returncode == 2 and reason in out.stderr, out.stderr

@@ -127,7 +127,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     analyst = _token_from(args.analyst_token_file, ANALYST_ENV)
     generated = admin is None
     app = create_app(args.db, admin_token=admin, analyst_token=analyst, synchronous=args.sync,
-                     limits=limits)
+                     limits=limits, release_processes=args.release_processes)
     store = app.state.store
     where = getattr(store, "path", None) or "PostgreSQL"
     url = f"http://{args.host}:{args.port}"
@@ -293,14 +293,9 @@ def _build_plan(args: argparse.Namespace) -> Any:
     missing = [f"--{f}" for f in ("domain", "epsilon", "k", "n") if getattr(args, f) is None]
     if missing:
         raise DPMarginalsError(f"to build a plan give {', '.join(missing)} (or --plan FILE)")
-    from ..core.domain import Domain
-    from ..methods import make
+    from .plans import build_plan
 
-    params: dict[str, Any] = {"epsilon": args.epsilon, "k": args.k}
-    if args.oracle is not None:
-        params["oracle"] = args.oracle
-    method = make(args.method, **params)
-    return method.plan(Domain.load(args.domain), args.n)
+    return build_plan(args.method, args.domain, args.epsilon, args.k, args.n, args.oracle)
 
 
 def _cmd_campaign_create(args: argparse.Namespace) -> int:
@@ -311,9 +306,10 @@ def _cmd_campaign_create(args: argparse.Namespace) -> int:
         plan.save(args.save_plan)
     with ServiceClient(args.server, args.id, token=_token(args)) as client:
         out = client.create_campaign(plan, _settings(args))
+    from .plans import describe_plan
+
     verb = "created" if out.get("created") else "found existing"
-    print(f"{verb} campaign {args.id!r}: {plan.method}, epsilon={plan.epsilon}, "
-          f"{plan.m} groups, plan hash {plan.hash}")
+    print(f"{verb} campaign {args.id!r}: {describe_plan(plan)}")
     return 0
 
 
@@ -418,6 +414,9 @@ def register(subparsers: Any) -> None:
                    "limit); a deployment with one device per address sets this low")
     p.add_argument("--ticket-burst", type=float, default=100_000.0,
                    help="tickets a source may save up (default 100000)")
+    p.add_argument("--release-processes", type=int, choices=(0, 1), default=1,
+                   help="compute releases in a separate process (1, the default: the server's "
+                   "requests never wait for its Python) or in a thread of the server (0)")
     p.add_argument("--forwarded", action="store_true",
                    help="count sources by the last X-Forwarded-For address (only behind a "
                    "proxy that sets it)")

@@ -126,7 +126,7 @@ class Aggregator:
     """The service's state: the store, tokens, limits, tickets, releases, the assigner."""
 
     def __init__(self, store: Store, admin_token: str, analyst_token: str | None,
-                 limits: Limits) -> None:
+                 limits: Limits, release_processes: int = 0) -> None:
         self.store = store
         self.admin_token = admin_token
         self.analyst_token = analyst_token
@@ -138,9 +138,10 @@ class Aggregator:
         self.tickets = RateLimiter(limits.tickets_per_second, limits.ticket_burst,
                                    what="tickets")
         self.mint = TicketMint(store.ticket_secret())
-        self.releases = Releases(store)
+        self.releases = Releases(store, processes=release_processes)
         self._assigned: dict[str, np.ndarray] = {}
         self._lock = threading.Lock()
+        self._parsing = threading.BoundedSemaphore(max(1, os.cpu_count() or 1))
 
     def campaign(self, name: str) -> Campaign:
         found = self.store.campaign(name)
@@ -174,7 +175,23 @@ class Aggregator:
 
     # -- ingestion ------------------------------------------------------------------------
     def ingest(self, name: str, body: bytes | bytearray, *, batch: bool) -> dict[str, Any]:
+        """Validate a body of reports and store them; as many bodies are parsed at once
+        as there are cores (more would only take turns holding the interpreter, and
+        delay the answers of reads)."""
         campaign = self.open_campaign(name)
+        with self._parsing:
+            decoded, nonces = self._admit(campaign, body, batch=batch)
+        try:
+            accepted = self.store.add_reports(campaign, decoded, nonces)
+        except ReportError as exc:
+            if batch:
+                raise
+            raise ReportError(exc.reason, code=exc.code, duplicates=exc.duplicates) from None
+        return {"accepted": accepted}
+
+    def _admit(self, campaign: Campaign, body: bytes | bytearray, *, batch: bool
+               ) -> tuple[Any, list[bytes]]:
+        """The decoded reports of a body and the nonces of their verified tickets."""
         if not check_structure(body, MAX_BATCH_REPORTS if batch else 1):
             raise ServiceError(413 if batch else 422, "batch_too_large" if batch else
                                "invalid_report", "the body holds more JSON values than "
@@ -204,13 +221,7 @@ class Aggregator:
                                       "stored", code="duplicate_report",
                                       duplicates=list(range(len(decoded)))) from None
                 raise
-        try:
-            accepted = self.store.add_reports(campaign, decoded, nonces)
-        except ReportError as exc:
-            if batch:
-                raise
-            raise ReportError(exc.reason, code=exc.code, duplicates=exc.duplicates) from None
-        return {"accepted": accepted}
+        return decoded, nonces
 
     # -- assignment -----------------------------------------------------------------------
     def assign(self, campaign: Campaign, count: int) -> list[int]:
@@ -273,7 +284,7 @@ def _secret(value: str | None, env: str) -> str | None:
 def create_app(
     store: Store | str | os.PathLike[str] | None = None, *, admin_token: str | None = None,
     analyst_token: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-    synchronous: str = "full", limits: Limits | None = None,
+    synchronous: str = "full", limits: Limits | None = None, release_processes: int = 0,
 ) -> Any:
     """The aggregator app over ``store`` (a Store, a SQLite path or a PostgreSQL URL).
 
@@ -282,8 +293,9 @@ def create_app(
     ``analyst_token`` (else ``$DPMARGINALS_ANALYST_TOKEN``, else none: only the admin
     token) reads the status and marginals of campaigns that are not public.  ``limits``
     sets the rate limits and body bounds (its ``max_body_bytes`` wins over the argument
-    when given).  A store given by path or URL is opened here and closed when the app
-    shuts down.
+    when given).  ``release_processes=1`` computes releases in a separate process
+    (``dpmarginals serve`` does), 0 in a thread of this one.  A store given by path or URL
+    is opened here and closed when the app shuts down.
     """
     fa = _fastapi()
     if limits is None:
@@ -294,7 +306,7 @@ def create_app(
     analyst = _secret(analyst_token, "DPMARGINALS_ANALYST_TOKEN")
     the_store = open_store(spec, synchronous=synchronous)
     try:
-        agg = Aggregator(the_store, token, analyst, limits)
+        agg = Aggregator(the_store, token, analyst, limits, release_processes)
     except BaseException:
         if owned:
             the_store.close()
@@ -352,8 +364,8 @@ def _token_reader(fa: Any, bearer: Any) -> Any:
     """The annotation of a parameter holding the bearer token given ("" if none)."""
     Depends, HTTPAuthorizationCredentials = fa.Depends, fa.HTTPAuthorizationCredentials
 
-    def given(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
-              ) -> str:
+    async def given(credentials: Annotated[HTTPAuthorizationCredentials | None,
+                                           Depends(bearer)]) -> str:
         return "" if credentials is None else credentials.credentials
 
     return Annotated[str, Depends(given)]
@@ -511,7 +523,7 @@ def _coarse(n: int, step: int) -> int:
 
 def _add_analyst_endpoints(app: Any, fa: Any, agg: Aggregator, guards: Any) -> None:
     """Analysts: the campaign's state and reports, and marginals of its cached release."""
-    Query, Response = fa.Query, fa.Response
+    Query, Response, run_in_threadpool = fa.Query, fa.Response, fa.run_in_threadpool
     the_store = agg.store
     Token, CampaignId = guards.token, guards.campaign
 
@@ -541,12 +553,24 @@ def _add_analyst_endpoints(app: Any, fa: Any, agg: Aggregator, guards: Any) -> N
              summary="A marginal table of the campaign's current release",
              responses={200: {"content": {"text/csv": {}}},
                         **responses(401, 404, 409, 422, 503)})
-    def marginals(
+    async def marginals(
         campaign: CampaignId, token: Token,
         attributes: Annotated[str, Query(min_length=1, max_length=MAX_QUERY_LENGTH,
                                          description="comma-separated attribute names")],
         format: Annotated[Literal["json", "csv"], Query()] = "json",
     ) -> Response:
+        found = agg.store.cached_campaign(campaign)
+        if found is not None:  # the common case, on the event loop: a lookup
+            agg.check_reader(found, token)
+            attrs = tuple(a.strip() for a in attributes.split(",") if a.strip())
+            release = agg.releases.peek(found)
+            body = None if release is None else release.cached((attrs, format))
+            if body is not None:
+                return Response(body, media_type="text/csv" if format == "csv"
+                                else "application/json")
+        return await run_in_threadpool(answer, campaign, token, attributes, format)
+
+    def answer(campaign: str, token: str, attributes: str, format: str) -> Response:
         found = agg.campaign(campaign)
         agg.check_reader(found, token)
         attrs = tuple(a.strip() for a in attributes.split(",") if a.strip())

@@ -8,6 +8,10 @@ of the newest finished release, and the answer of a marginal is a lookup too: th
 k-way marginals of the plan are answered when the release is made, any other marginal on
 its first read (then kept with the release).
 
+With ``processes=1`` (what ``dpmarginals serve`` uses) the release is computed in a
+separate Python process, so its pure-Python parts never hold the server's GIL while
+requests are answered; ``processes=0`` computes it in the worker thread.
+
 Each release runs :func:`~.poisoning.check_counts` on its counts first; with
 ``settings.exclude_flagged`` the flagged groups are left out (set to no reports) when the
 method can release without them, and the release says which groups were flagged and
@@ -16,6 +20,7 @@ excluded.  Nothing is released before ``settings.min_reports`` reports.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import threading
@@ -40,6 +45,7 @@ _PRECOMPUTED = 2000  # at most this many k-way marginals answered when a release
 _PRECOMPUTED_CELLS = 1 << 22
 _FIRST_WAIT = 120.0
 _RECHECK = 1.0  # seconds between checks for reports another server process stored
+_RETRY = 5.0  # seconds before a failed release is tried again
 
 
 @dataclass
@@ -67,6 +73,10 @@ class Release:
                 "excluded_groups": self.excluded, "flags": [f.to_dict() for f in self.flags],
                 **({"note": self.note} if self.note else {}),
                 **({"withheld": self.withheld} if self.withheld else {})}
+
+    def cached(self, key: Any) -> bytes | None:
+        """The answer for ``key`` if it was made already (a dictionary lookup)."""
+        return self._answers.get(key)
 
     def answer(self, key: Any, make: Callable[[], bytes]) -> bytes:
         """The cached answer for ``key``, made once (by ``make``) per release."""
@@ -143,6 +153,32 @@ def _precompute(campaign: Campaign, release: Release) -> None:
         release.answer((attrs, "json"), lambda a=attrs: marginal_answer(campaign, release, a))
 
 
+def _detached(plan: dict[str, Any], settings: dict[str, Any], counts: Counts,
+              name: str, number: int) -> tuple[Any, ...]:
+    """:func:`make_release` and the precomputed answers, in a worker process: everything
+    goes in and out as picklable values."""
+    from ..protocol.plan import Plan
+    from ..protocol.reports import PlanCodec
+    from .settings import CampaignSettings
+
+    the_plan = Plan.from_dict(plan)
+    campaign = Campaign(0, name, the_plan, PlanCodec(the_plan),
+                        CampaignSettings.from_dict(settings))
+    release = make_release(campaign, counts, number)
+    if release.synopsis is not None:
+        _precompute(campaign, release)
+    return (release.reports, release.synopsis, release.withheld, release.flags,
+            release.excluded, release.note, release.seconds, dict(release._answers))
+
+
+def _attached(values: tuple[Any, ...], number: int) -> Release:
+    reports, synopsis, withheld, flags, excluded, note, seconds, answers = values
+    release = Release(number, reports, synopsis, withheld, flags, excluded, note)
+    release.seconds = seconds
+    release._answers.update(answers)
+    return release
+
+
 @dataclass
 class _State:
     campaign: Campaign
@@ -157,8 +193,15 @@ class _State:
 class Releases:
     """The newest release of each campaign, kept current by one worker thread."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, processes: int = 0) -> None:
         self.store = store
+        self._pool: Any = None
+        if processes:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            self._pool = ProcessPoolExecutor(
+                max_workers=processes, mp_context=multiprocessing.get_context("spawn"))
         self._states: dict[int, _State] = {}
         self._lock = threading.Condition()
         self._stopped = False
@@ -172,6 +215,8 @@ class Releases:
             self._stopped = True
             self._lock.notify_all()
         self._worker.join(timeout=30)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _state(self, campaign: Campaign) -> _State:
         with self._lock:
@@ -188,6 +233,16 @@ class Releases:
             if state is not None and not state.dirty:
                 state.dirty = True
                 self._lock.notify_all()
+
+    def peek(self, campaign: Campaign) -> Release | None:
+        """The newest release if there is one and no check of the store is due (never
+        blocks: for the event loop)."""
+        state = self._states.get(campaign.num)
+        if state is None or state.release is None:
+            return None
+        if time.monotonic() - state.checked > _RECHECK:
+            return None
+        return state.release
 
     def current(self, campaign: Campaign, *, wait: float = _FIRST_WAIT) -> Release:
         """The newest release (waiting up to ``wait`` s for the campaign's first one)."""
@@ -260,12 +315,22 @@ class Releases:
         try:
             counts = self.store.counts(campaign)
             number = 1 if state.release is None else state.release.number + 1
-            release = make_release(campaign, counts, number)
-            if release.synopsis is not None:
-                _precompute(campaign, release)
+            release = None
+            if self._pool is not None:
+                with contextlib.suppress(Exception):  # (e.g. a synopsis that cannot be
+                    release = _attached(self._pool.submit(  # pickled: in this thread)
+                        _detached, campaign.plan.to_dict(), campaign.settings.to_dict(),
+                        counts, campaign.name, number).result(), number)
+            if release is None:
+                release = make_release(campaign, counts, number)
+                if release.synopsis is not None:
+                    _precompute(campaign, release)
             error = None
         except Exception as exc:  # a store failure, or a bug: keep the last release
             release, error = None, f"{type(exc).__name__}: {exc}"[:300]
+            with self._lock:  # and try again in a while
+                state.dirty = True
+                state.started = time.monotonic() + _RETRY
         with state.done:
             if release is not None:
                 state.release = release

@@ -457,6 +457,10 @@ class Store(ABC):
         self._campaigns[name] = campaign
         return campaign, created
 
+    def cached_campaign(self, name: str) -> Campaign | None:
+        """The campaign called ``name`` if this store has it cached (never reads)."""
+        return self._campaigns.get(name)
+
     def campaign(self, name: str) -> Campaign | None:
         """The campaign called ``name`` (cached: a campaign's plan and settings never
         change; whether it is closed is :meth:`is_closed`)."""
