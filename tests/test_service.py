@@ -605,3 +605,28 @@ def test_an_export_is_one_snapshot_while_batches_are_written(store):
     with store.snapshot(campaign) as (count, reports):
         assert count == sum(1 for _ in reports) == 8000
     assert len(seen) >= 2
+
+
+def test_a_ticket_serial_is_spent_once(store):
+    from dpmarginals.service.store import TICKET_BLOCK, TicketUsed
+
+    plan = mixed_plan()
+    campaign, _ = store.create_campaign(unique_name(), plan)
+    codec = campaign.codec
+    reports = make_reports(plan, records(60), max_epsilon=1.0, rng=20)
+    start = store.reserve_serials(100)
+    assert store.reserve_serials(10) >= start + 100  # ranges never overlap
+    serials = start + TICKET_BLOCK - 10 + np.arange(20)  # across two bitmap rows
+    assert store.add_reports(campaign, codec.decode(reports[:20]), serials) == 20
+    for bad, at in ((np.r_[serials[5], start + 3 * TICKET_BLOCK + np.arange(19)], 0),
+                    (np.r_[start + 5 * TICKET_BLOCK, start + 5 * TICKET_BLOCK,
+                           start + 6 * TICKET_BLOCK + np.arange(18)], 1)):
+        with pytest.raises(TicketUsed) as err:
+            store.add_reports(campaign, codec.decode(reports[20:40]), bad)
+        assert err.value.code == "ticket_used" and err.value.index == at
+    assert store.users(campaign).sum() == 20  # nothing of the refused batches
+    fresh = start + 5 * TICKET_BLOCK + np.arange(20)  # unspent by the refused batch
+    assert store.add_reports(campaign, codec.decode(reports[20:40]), fresh) == 20
+    with pytest.raises(ReportError) as err:  # a stored report again: a duplicate first
+        store.add_reports(campaign, codec.decode(reports[:20]), serials)
+    assert err.value.code == "duplicate_report"

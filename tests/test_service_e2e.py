@@ -302,6 +302,16 @@ def fuzz_server(tmp_path_factory):
         admin.create_campaign(plan, {"tickets": "off", "refresh_seconds": 0})
         admin.send_batch(make_reports(plan, np.zeros((30, len(plan.domain)), dtype=np.int64),
                                       max_epsilon=1.0, rng=0))
+    with ServiceClient(server.url, "fuzzt", token=TOKEN) as admin:
+        admin.create_campaign(plan, {"refresh_seconds": 0, "tickets": "any"})
+        admin.send_batch(make_reports(plan, np.zeros((30, len(plan.domain)), dtype=np.int64),
+                                      max_epsilon=1.0, rng=1, groups=np.asarray(
+                                          admin.assignment(count=30))))
+        server.tickets = []
+        for _ in range(1 + 4 * FUZZ_EXAMPLES // 100):  # real tickets for generated reports
+            admin.assignment(count=100)
+            server.tickets += [t for pool in admin._tickets.values() for t in pool]
+            admin._tickets.clear()
     server.plan = plan
     yield server
     code = server.stop()
@@ -332,10 +342,29 @@ def test_oversized_bodies_get_413_over_a_real_connection(fuzz_server):
     assert fuzz_server.get("/campaigns/fuzz/status")["reports"] == 30
 
 
-FUZZ_EXAMPLES = 25  # per operation and mode: 11 operations x 2 modes, 10-25 s
+FUZZ_EXAMPLES = int(os.environ.get("DPMARGINALS_FUZZ_EXAMPLES", "25"))
+"""Generated requests per operation and mode (12 operations x 2 modes: about 600 in CI;
+DPMARGINALS_FUZZ_EXAMPLES=220 gives the 5,000-request run of docs/deployment.md)."""
+FUZZ_TALLY: dict[int, int] = {}
+ERROR_KEYS = {"error", "reason", "index", "duplicates"}
 
 
-def _aim(body: object, plan: Plan) -> None:
+def documented_error(ctx, response, case) -> None:
+    """Every error answer is the documented {"error", "reason"} object."""
+    FUZZ_TALLY[response.status_code] = FUZZ_TALLY.get(response.status_code, 0) + 1
+    if response.status_code < 400:
+        return None
+    try:
+        body = json.loads(response.content)
+    except ValueError:
+        raise AssertionError(f"{response.status_code} answer is not JSON: "
+                             f"{response.content[:200]!r}") from None
+    assert isinstance(body, dict) and {"error", "reason"} <= set(body) <= ERROR_KEYS, body
+    assert isinstance(body["error"], str) and isinstance(body["reason"], str), body
+    return None
+
+
+def _aim(body: object, plan: Plan, tickets: list[str] | None = None) -> None:
     """Give generated reports the campaign's plan hash and a valid group, so validation
     reaches the payloads."""
     items = body.get("reports") if isinstance(body, dict) else None
@@ -344,15 +373,20 @@ def _aim(body: object, plan: Plan) -> None:
             item["plan_hash"] = plan.hash
         if isinstance(item, dict) and type(item.get("group")) is int:
             item["group"] %= plan.m
+        if tickets and isinstance(item, dict) and "ticket" in item:
+            item["ticket"] = tickets.pop()
 
 
-def _fuzz(operation, mode, url: str, headers: dict[str, str], plan: Plan) -> None:
-    """Run FUZZ_EXAMPLES generated requests of one operation; raise on a 5xx answer."""
+def _fuzz(operation, mode, url: str, headers: dict[str, str], plan: Plan,
+          tickets: list[str]) -> None:
+    """Run FUZZ_EXAMPLES generated requests of one operation; raise on a 5xx answer or an
+    error answer that is not the documented {"error", "reason"} object."""
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis.errors import Unsatisfiable
     from schemathesis.checks import not_a_server_error
 
     calls = [0]
+    closing = operation.path.endswith("/close")
 
     @settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None, derandomize=True,
               phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
@@ -360,11 +394,12 @@ def _fuzz(operation, mode, url: str, headers: dict[str, str], plan: Plan) -> Non
     def run(case):
         calls[0] += 1
         params = case.path_parameters or {}
-        if "campaign" in params and calls[0] % 2:
-            params["campaign"] = "fuzz"  # half the requests hit the real campaign
-            _aim(case.body, plan)
-        case.call_and_validate(base_url=url, headers=headers, checks=[not_a_server_error],
-                               timeout=30)
+        if "campaign" in params and calls[0] % 3 and not closing:
+            # two thirds hit the real campaigns: without tickets, and with real tickets
+            params["campaign"] = "fuzz" if calls[0] % 3 == 1 else "fuzzt"
+            _aim(case.body, plan, tickets if params["campaign"] == "fuzzt" else None)
+        case.call_and_validate(base_url=url, headers=headers, timeout=30,
+                               checks=[not_a_server_error, documented_error])
 
     try:
         run()
@@ -385,11 +420,16 @@ def test_fuzzing_the_api_finds_no_server_error(fuzz_server):
     headers = {"Authorization": f"Bearer {TOKEN}"}
     operations = [result.ok() for result in schema.get_all_operations()]
     assert len(operations) >= 10
+    FUZZ_TALLY.clear()
     for operation in operations:
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
             # a 5xx raises schemathesis's report, with a curl command that reproduces it
-            _fuzz(operation, mode, fuzz_server.url, headers, fuzz_server.plan)
+            _fuzz(operation, mode, fuzz_server.url, headers, fuzz_server.plan,
+                  fuzz_server.tickets)
     assert fuzz_server.proc.poll() is None
+    print(f"fuzzing: {sum(FUZZ_TALLY.values()):,} requests, answers by status "
+          f"{dict(sorted(FUZZ_TALLY.items()))}")
+    assert sum(FUZZ_TALLY.values()) >= 10 * FUZZ_EXAMPLES and 500 not in FUZZ_TALLY
 
 
 # -- connections and memory in the open ------------------------------------------------------

@@ -87,7 +87,8 @@ __all__ = [
 DEFAULT_TIMEOUT = 30.0
 EPSILON_CEILING = 20.0
 """No plan may spend more per report, whatever the device's cap (e^20 is about 5e8)."""
-_RETRY_STATUSES = frozenset({502, 503, 504})
+_RETRY_STATUSES = frozenset({429, 502, 503, 504})
+_MAX_RETRY_AFTER = 60.0
 _PLAN_KEYS = frozenset({"format", "version", "method", "epsilon", "domain", "groups", "params",
                         "hash"})
 _GROUP_KEYS = frozenset({"attributes", "oracle", "epsilon", "cells"})
@@ -509,9 +510,10 @@ class ServiceError(DPMarginalsError):
 class ServiceClient:
     """A connection to one campaign of a ``dpmarginals serve`` aggregator.
 
-    Keeps one HTTP/1.1 connection open.  Posts are retried on a lost connection or a 502-504
-    answer (up to ``retries`` times); the report ids make that safe: a retried batch that
-    the service had already stored comes back as all duplicates, which counts as success.
+    Keeps one HTTP/1.1 connection open.  Requests are retried on a lost connection or a
+    429 or 502-504 answer (up to ``retries`` times, after the answer's ``Retry-After`` when
+    it says, up to a minute); the report ids make that safe: a retried batch that the
+    service had already stored comes back as all duplicates, which counts as success.
 
     Tickets: :meth:`assignment` keeps the single-use ticket of each group it is handed;
     :meth:`send` and :meth:`send_batch` attach one to each report that has none (one of
@@ -572,9 +574,11 @@ class ServiceClient:
                                        "DPMARGINALS_ADMIN_TOKEN)")
             headers["Authorization"] = f"Bearer {self.token}"
         last: Exception | None = None
+        wait = 0.0
         for attempt in range(self.retries + 1):
             if attempt:
-                time.sleep(min(0.2 * 2 ** (attempt - 1), 2.0))
+                time.sleep(wait or min(0.2 * 2 ** (attempt - 1), 2.0))
+                wait = 0.0
             try:
                 conn = self._connection()
                 conn.request(method, path, body=data, headers=headers)
@@ -587,7 +591,9 @@ class ServiceClient:
                 continue
             if resp.status in _RETRY_STATUSES and attempt < self.retries:
                 last = ServiceError(resp.status, "unavailable", payload[:200].decode("latin-1"))
-                continue
+                wait = _retry_after(self.last_headers.get("retry-after"))
+                if wait <= _MAX_RETRY_AFTER:  # (429: too many requests; 503: busy)
+                    continue
             text = payload.decode("utf-8", "replace")
             if raw and resp.status < 400:
                 return resp.status, text
@@ -767,6 +773,15 @@ class ServiceClient:
             raise DPMarginalsError(f"the export was cut short: {len(reports):,} of "
                                    f"{int(stated):,} reports arrived")
         return reports
+
+
+def _retry_after(value: str | None) -> float:
+    """Seconds of a ``Retry-After`` header (0 when absent or not a number of seconds)."""
+    try:
+        seconds = float(value) if value is not None else 0.0
+    except ValueError:
+        return 0.0
+    return seconds if math.isfinite(seconds) and seconds >= 0 else 0.0
 
 
 def _count(body: Any) -> int:

@@ -137,7 +137,7 @@ class Aggregator:
                                     what="requests")
         self.tickets = RateLimiter(limits.tickets_per_second, limits.ticket_burst,
                                    what="tickets")
-        self.mint = TicketMint(store.ticket_secret())
+        self.mint = TicketMint(store.ticket_secret(), store.reserve_serials)
         self.releases = Releases(store, processes=release_processes)
         self._assigned: dict[str, np.ndarray] = {}
         self._lock = threading.Lock()
@@ -180,9 +180,9 @@ class Aggregator:
         delay the answers of reads)."""
         campaign = self.open_campaign(name)
         with self._parsing:
-            decoded, nonces = self._admit(campaign, body, batch=batch)
+            decoded, serials = self._admit(campaign, body, batch=batch)
         try:
-            accepted = self.store.add_reports(campaign, decoded, nonces)
+            accepted = self.store.add_reports(campaign, decoded, serials)
         except ReportError as exc:
             if batch:
                 raise
@@ -190,8 +190,8 @@ class Aggregator:
         return {"accepted": accepted}
 
     def _admit(self, campaign: Campaign, body: bytes | bytearray, *, batch: bool
-               ) -> tuple[Any, list[bytes]]:
-        """The decoded reports of a body and the nonces of their verified tickets."""
+               ) -> tuple[Any, np.ndarray | None]:
+        """The decoded reports of a body and the serials of their verified tickets."""
         if not check_structure(body, MAX_BATCH_REPORTS if batch else 1):
             raise ServiceError(413 if batch else 422, "batch_too_large" if batch else
                                "invalid_report", "the body holds more JSON values than "
@@ -211,17 +211,17 @@ class Aggregator:
             items = [data]
         tickets = [it.pop("ticket", None) if type(it) is dict else None for it in items]
         decoded = campaign.codec.decode(items, indexed=batch)
-        nonces: list[bytes] = []
+        serials = None
         if campaign.settings.tickets != "off":
             try:
-                nonces = self.mint.verify(campaign.num, tickets, decoded.groups, indexed=batch)
+                serials = self.mint.verify(campaign.num, tickets, decoded.groups, indexed=batch)
             except ServiceError:
                 if self.store.known(campaign, decoded.ids) == len(decoded):
                     raise ReportError("the reports were already received; nothing was "
                                       "stored", code="duplicate_report",
                                       duplicates=list(range(len(decoded)))) from None
                 raise
-        return decoded, nonces
+        return decoded, serials
 
     # -- assignment -----------------------------------------------------------------------
     def assign(self, campaign: Campaign, count: int) -> list[int]:

@@ -211,12 +211,13 @@ class Releases:
         store.on_commit(self.changed)
 
     def close(self) -> None:
+        """Stop the worker (a release being made is abandoned: the thread is a daemon)."""
         with self._lock:
             self._stopped = True
             self._lock.notify_all()
-        self._worker.join(timeout=30)
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
+        self._worker.join(timeout=2)
 
     def _state(self, campaign: Campaign) -> _State:
         with self._lock:
@@ -312,6 +313,8 @@ class Releases:
 
     def _compute(self, state: _State) -> None:
         campaign = state.campaign
+        if self._stopped:
+            return
         try:
             counts = self.store.counts(campaign)
             number = 1 if state.release is None else state.release.number + 1

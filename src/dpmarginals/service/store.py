@@ -10,8 +10,10 @@ Tables::
               settings, closed)                         operator's settings, 1 once closed
     reports(campaign, rid, grp, payload)                PRIMARY KEY (campaign, rid)
     tallies(campaign, grp, users, support)              support: cells x int64 little-endian
-    tickets(campaign, nonce)                            the single-use tickets spent
-    meta(key, value)                                    schema version, the ticket secret
+    tickets(campaign, block, bits)                      spent tickets: bit s % 8192 of
+                                                        block s // 8192 for serial s
+    meta(key, value)                                    schema version, the ticket secret,
+                                                        the next ticket serial
 
 * **Report-id uniqueness** is the primary key of ``reports``: a second report with the same
   id in a campaign violates it, and the whole batch it came in is rolled back.
@@ -23,8 +25,10 @@ Tables::
   (group commit): each batch under its own savepoint, so a duplicate in one batch rolls
   back only that batch; one commit (one fsync with ``synchronous=FULL``) acknowledges all.
 * **No arrival order**: ``reports`` is keyed by the random report id (SQLite: a
-  ``WITHOUT ROWID`` table), and nothing records when a report arrived.  The spent tickets
-  are a separate table keyed by their random nonce: nothing links a ticket to its report.
+  ``WITHOUT ROWID`` table), and nothing records when a report arrived.  Spent tickets are
+  bits of a bitmap by ticket serial, in a table of their own: nothing links a ticket to
+  its report.  A batch's tickets, handed out together, touch one or two bitmap rows (not
+  one index entry each), spent in the transaction that stores the batch.
 * **Snapshots**: :meth:`Store.snapshot` reads a campaign's reports and their count in one
   read transaction on its own connection, so an export never holds part of a batch.
 * **Private files**: a SQLite store (and its WAL and shared-memory files, which SQLite
@@ -65,6 +69,7 @@ _GROUP_COMMIT_JOBS = 256
 _EXPORT_PAGE = 5_000
 _DUPLICATE_PROBE = 500
 _STATE_TTL = 5.0  # seconds a campaign's open/closed state is cached (other processes)
+TICKET_BLOCK = 8192  # ticket serials per bitmap row (1 KiB)
 
 
 class StoreError(DPMarginalsError):
@@ -96,7 +101,7 @@ class _Job:
 
     campaign: int = 0
     reports: DecodedReports | None = None
-    tickets: Sequence[bytes] = ()
+    tickets: np.ndarray | None = None  # the serials of the batch's tickets
     tallies: list[tuple[int, int, np.ndarray]] = field(default_factory=list)
     call: Any = None
     result: Any = None
@@ -148,12 +153,6 @@ class Store(ABC):
             [(campaign, rid, g, row)
              for rid, g, row in zip(batch.ids, batch.groups, batch.rows, strict=True)])
 
-    def _insert_tickets(self, conn: Any, campaign: int, nonces: Sequence[bytes]) -> None:
-        """Mark tickets spent (raises an integrity error on a spent one)."""
-        conn.cursor().executemany(
-            self._sql("INSERT INTO tickets(campaign, nonce) VALUES (?, ?)"),
-            [(campaign, nonce) for nonce in nonces])
-
     def _insert_campaign(self, conn: Any, name: str, plan: Plan,
                          settings: CampaignSettings) -> int:
         cur = conn.execute(self._sql(
@@ -203,6 +202,22 @@ class Store(ABC):
         conn.execute("ALTER TABLE campaigns ADD COLUMN closed INTEGER NOT NULL DEFAULT 0")
         conn.execute(self._sql("UPDATE meta SET value = ? WHERE key = 'schema_version'"),
                      (str(SCHEMA_VERSION),))
+
+    def reserve_serials(self, count: int) -> int:
+        """The first of ``count`` ticket serials no one else (no other server process on
+        this store) will hand out."""
+        def reserve(conn: Any) -> int:
+            row = conn.execute("SELECT value FROM meta WHERE key = 'ticket_serial'").fetchone()
+            start = int(row[0]) if row is not None else 0
+            if row is None:
+                conn.execute(self._sql("INSERT INTO meta(key, value) VALUES (?, ?)"),
+                             ("ticket_serial", str(start + count)))
+            else:
+                conn.execute(self._sql("UPDATE meta SET value = ? WHERE key = 'ticket_serial'"),
+                             (str(start + count),))
+            return start
+
+        return int(self._submit(_Job(call=reserve)))
 
     def ticket_secret(self) -> bytes:
         """The key that signs this store's tickets (made once, kept in ``meta``: tickets
@@ -316,6 +331,7 @@ class Store(ABC):
             conn = self._writer_connection()
             self._begin(conn)
             try:
+                spent = self._lock_tickets(conn, jobs)
                 for job in jobs:
                     batch = job.reports
                     assert batch is not None
@@ -327,16 +343,16 @@ class Store(ABC):
                         conn.execute("RELEASE SAVEPOINT batch")
                         job.error = self._duplicates(conn, job.campaign, batch)
                         continue
-                    if job.tickets:
-                        try:
-                            self._insert_tickets(conn, job.campaign, job.tickets)
-                        except self.integrity_errors:
+                    if job.tickets is not None:
+                        used = _spend(spent, job.campaign, job.tickets)
+                        if used is not None:
                             conn.execute("ROLLBACK TO SAVEPOINT batch")
                             conn.execute("RELEASE SAVEPOINT batch")
-                            job.error = self._spent(conn, job.campaign, job.tickets)
+                            job.error = TicketUsed(used)
                             continue
                     conn.execute("RELEASE SAVEPOINT batch")
                     ok.append(job)
+                self._write_tickets(conn, spent)
                 self._add_tallies(conn, ok)
                 conn.execute("COMMIT")
             except BaseException:
@@ -359,6 +375,31 @@ class Store(ABC):
             for job in jobs:
                 job.done.set()
 
+    def _lock_tickets(self, conn: Any, jobs: list[_Job]) -> dict[tuple[int, int], Any]:
+        """The spent-ticket bitmap rows the jobs touch, created if missing and locked in
+        (campaign, block) order: {(campaign, block): [bits (uint8 array), changed]}."""
+        keys = sorted({(job.campaign, int(b)) for job in jobs if job.tickets is not None
+                       for b in np.unique(job.tickets // TICKET_BLOCK)})
+        if not keys:
+            return {}
+        conn.cursor().executemany(self._sql(
+            "INSERT INTO tickets(campaign, block, bits) VALUES (?, ?, ?) "
+            "ON CONFLICT (campaign, block) DO NOTHING"),
+            [(c, b, bytes(TICKET_BLOCK // 8)) for c, b in keys])
+        select = self._sql("SELECT bits FROM tickets WHERE campaign = ? AND block = ?"
+                           + self._lock_suffix())
+        out = {}
+        for key in keys:
+            row = conn.execute(select, key).fetchone()
+            out[key] = [np.frombuffer(bytes(row[0]), dtype=np.uint8).copy(), False]
+        return out
+
+    def _write_tickets(self, conn: Any, spent: dict[tuple[int, int], Any]) -> None:
+        update = self._sql("UPDATE tickets SET bits = ? WHERE campaign = ? AND block = ?")
+        for (campaign, block), (bits, changed) in sorted(spent.items(), key=lambda kv: kv[0]):
+            if changed:
+                conn.execute(update, (bits.tobytes(), campaign, block))
+
     def _duplicates(self, conn: Any, campaign: int, batch: DecodedReports) -> ReportError:
         """The error for a batch some of whose ids are stored already (indices named)."""
         where: dict[bytes, int] = {rid: i for i, rid in enumerate(batch.ids)}
@@ -378,26 +419,6 @@ class Store(ABC):
                            + (f" ({len(found)} of its reports are duplicates)"
                               if len(found) > 1 else ""),
                            code="duplicate_report", index=first, duplicates=found)
-
-    def _spent(self, conn: Any, campaign: int, nonces: Sequence[bytes]) -> ReportError:
-        """The error for a batch one of whose tickets was spent (the first one named)."""
-        where = {nonce: i for i, nonce in enumerate(nonces)}
-        if len(where) < len(nonces):  # the same ticket twice in the batch
-            seen: set[bytes] = set()
-            for i, nonce in enumerate(nonces):
-                if nonce in seen:
-                    return TicketUsed(i)
-                seen.add(nonce)
-        first = len(nonces)
-        keys = list(where)
-        for start in range(0, len(keys), _DUPLICATE_PROBE):
-            chunk = keys[start : start + _DUPLICATE_PROBE]
-            marks = ", ".join("?" * len(chunk))
-            cur = conn.execute(self._sql(
-                f"SELECT nonce FROM tickets WHERE campaign = ? AND nonce IN ({marks})"),
-                (campaign, *chunk))
-            first = min([first, *(where[bytes(r[0])] for r in cur.fetchall())])
-        return TicketUsed(first if first < len(nonces) else 0)
 
     def _add_tallies(self, conn: Any, jobs: list[_Job]) -> None:
         acc: dict[tuple[int, int], list[Any]] = {}
@@ -504,18 +525,22 @@ class Store(ABC):
 
     # -- reports --------------------------------------------------------------------------
     def add_reports(self, campaign: Campaign, reports: DecodedReports,
-                    tickets: Sequence[bytes] = ()) -> int:
+                    tickets: Sequence[int] | np.ndarray | None = None) -> int:
         """Store validated reports atomically with their counts; returns how many.
 
-        ``tickets``: the nonces of the (verified) tickets the reports carried, spent in
-        the same transaction.  Raises :class:`ReportError` (code ``duplicate_report``) if
-        any report id is stored already, :class:`TicketUsed` if any ticket was spent
-        (then nothing of the batch is stored), :class:`StoreError` if the commit failed.
+        ``tickets``: the serials of the (verified) tickets the reports carried, one per
+        report, spent in the same transaction.  Raises :class:`ReportError` (code
+        ``duplicate_report``) if any report id is stored already, :class:`TicketUsed` if
+        any ticket was spent (then nothing of the batch is stored), :class:`StoreError` if
+        the commit failed.
         Returns after the commit.
         """
         if not len(reports):
             return 0
-        job = _Job(campaign=campaign.num, reports=reports, tickets=tickets,
+        serials = None if tickets is None else np.asarray(tickets, dtype=np.int64)
+        if serials is not None and serials.shape != (len(reports),):
+            raise DPMarginalsError(f"{len(reports)} reports but {serials.size} tickets")
+        job = _Job(campaign=campaign.num, reports=reports, tickets=serials,
                    tallies=campaign.codec.tally(reports))
         return int(self._submit(job))
 
@@ -664,8 +689,8 @@ class SQLiteStore(Store):
             "CREATE TABLE IF NOT EXISTS tallies(campaign INTEGER NOT NULL, "
             "grp INTEGER NOT NULL, users INTEGER NOT NULL, support BLOB NOT NULL, "
             "PRIMARY KEY (campaign, grp)) WITHOUT ROWID",
-            "CREATE TABLE IF NOT EXISTS tickets(campaign INTEGER NOT NULL, nonce BLOB NOT NULL, "
-            "PRIMARY KEY (campaign, nonce)) WITHOUT ROWID",
+            "CREATE TABLE IF NOT EXISTS tickets(campaign INTEGER NOT NULL, block INTEGER NOT NULL, "
+            "bits BLOB NOT NULL, PRIMARY KEY (campaign, block)) WITHOUT ROWID",
         ]
 
     def _begin_snapshot(self, conn: Any) -> None:
@@ -727,16 +752,37 @@ class PostgresStore(Store):
             "grp INTEGER NOT NULL, payload BYTEA NOT NULL, PRIMARY KEY (campaign, rid))",
             "CREATE TABLE IF NOT EXISTS tallies(campaign BIGINT NOT NULL, grp INTEGER NOT NULL, "
             "users BIGINT NOT NULL, support BYTEA NOT NULL, PRIMARY KEY (campaign, grp))",
-            "CREATE TABLE IF NOT EXISTS tickets(campaign BIGINT NOT NULL, nonce BYTEA NOT NULL, "
-            "PRIMARY KEY (campaign, nonce))",
+            "CREATE TABLE IF NOT EXISTS tickets(campaign BIGINT NOT NULL, block BIGINT NOT NULL, "
+            "bits BYTEA NOT NULL, PRIMARY KEY (campaign, block))",
         ]
 
     def _begin_snapshot(self, conn: Any) -> None:
         conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 
-    def _insert_tickets(self, conn: Any, campaign: int, nonces: Sequence[bytes]) -> None:
-        conn.execute("INSERT INTO tickets(campaign, nonce) SELECT %s, * FROM unnest(%s::bytea[])",
-                     (campaign, list(nonces)))
+
+
+def _spend(spent: dict[tuple[int, int], Any], campaign: int, serials: np.ndarray
+           ) -> int | None:
+    """Mark ``serials`` spent in the locked bitmap rows; the position of the first one
+    spent already (or twice in ``serials``), and then nothing is marked."""
+    blocks, offsets = np.divmod(serials, TICKET_BLOCK)
+    seen = np.zeros(serials.size, dtype=bool)
+    for b in np.unique(blocks).tolist():
+        at = blocks == b
+        bits = spent[(campaign, b)][0]
+        seen[at] = (bits[offsets[at] >> 3] >> (offsets[at] & 7)) & 1 == 1
+    _, first = np.unique(serials, return_index=True)
+    twice = np.ones(serials.size, dtype=bool)
+    twice[first] = False
+    bad = np.flatnonzero(seen | twice)
+    if bad.size:
+        return int(bad[0])
+    for b in np.unique(blocks).tolist():
+        at = offsets[blocks == b]
+        row = spent[(campaign, b)]
+        np.bitwise_or.at(row[0], at >> 3, (1 << (at & 7)).astype(np.uint8))
+        row[1] = True
+    return None
 
 
 def _private_file(path: Path) -> None:

@@ -5,15 +5,18 @@
 base64url (72 characters)::
 
     version (1 byte: 1) | 0 (1) | campaign (8) | group (4; 0xFFFFFFFF: any group)
-    | expires (8, Unix seconds) | nonce (16, from the OS)
+    | expires (8, Unix seconds) | serial (8) | random (8, from the OS)
     | HMAC-SHA256(server secret, "dpmarginals-ticket-v1" + the above), first 16 bytes
 
 The server keeps no record of the tickets it hands out; it verifies the MAC (constant
-time), the campaign, the group and the expiry, and spends the nonce in the same
-transaction as the report (the store's ``tickets`` table: a nonce admits one report,
-ever).  So a source cannot post more reports than it was handed tickets, and cannot choose
-the group of a ticket bound to one: to concentrate reports on one marginal it must ask
-for about ``m`` times as many assignments, which the per-source ticket rate limit bounds.
+time), the campaign, the group and the expiry, and spends the serial in the same
+transaction as the report (a bit of the store's ``tickets`` bitmap: a serial admits one
+report, ever). Serials are unique per store: each server process reserves a range of
+them from the store (``Store.reserve_serials``), so tickets handed out together have
+nearby serials and a batch spends them in one or two bitmap rows. So a source cannot
+post more reports than it was handed tickets, and cannot choose the group of a ticket
+bound to one: to concentrate reports on one marginal it must ask for about ``m`` times
+as many assignments, which the per-source ticket rate limit bounds.
 """
 
 from __future__ import annotations
@@ -23,8 +26,9 @@ import binascii
 import hmac
 import os
 import struct
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -35,7 +39,7 @@ __all__ = ["ANY_GROUP", "TICKET_TTL", "TicketMint"]
 ANY_GROUP = 0xFFFFFFFF
 TICKET_TTL = 86_400
 """Seconds a ticket stays valid."""
-_LAYOUT = struct.Struct(">BBQIQ16s")
+_LAYOUT = struct.Struct(">BBQIQQ8s")
 _BODY = _LAYOUT.size  # 38
 _MAC = 16
 _SIZE = _BODY + _MAC  # 54: 72 base64 characters, no padding
@@ -43,6 +47,7 @@ _TEXT = 4 * _SIZE // 3
 _VERSION = 1
 _CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 _CONTEXT = b"dpmarginals-ticket-v1"
+_RESERVE = 1 << 20  # serials reserved from the store at a time
 
 
 def _forbidden(code: str, reason: str, index: int | None) -> ServiceError:
@@ -52,13 +57,27 @@ def _forbidden(code: str, reason: str, index: int | None) -> ServiceError:
 
 
 class TicketMint:
-    """Issues and verifies the tickets of one store (its secret)."""
+    """Issues and verifies the tickets of one store: its secret, and ``reserve(count)``,
+    which returns the first of ``count`` serials no one else hands out."""
 
-    def __init__(self, secret: bytes, *, ttl: int = TICKET_TTL) -> None:
+    def __init__(self, secret: bytes, reserve: Callable[[int], int], *,
+                 ttl: int = TICKET_TTL) -> None:
         if len(secret) < 16:
             raise ValueError("the ticket secret must have at least 16 bytes")
         self._secret = secret
+        self._reserve = reserve
+        self._next = self._end = 0
+        self._lock = threading.Lock()
         self.ttl = ttl
+
+    def _serials(self, count: int) -> int:
+        with self._lock:
+            if self._next + count > self._end:
+                self._next = self._reserve(max(count, _RESERVE))
+                self._end = self._next + max(count, _RESERVE)
+            start = self._next
+            self._next += count
+            return start
 
     def _mac(self, body: bytes) -> bytes:
         return hmac.digest(self._secret, _CONTEXT + body, "sha256")[:_MAC]
@@ -66,17 +85,18 @@ class TicketMint:
     def issue(self, campaign: int, groups: Sequence[int | None]) -> list[str]:
         """A fresh ticket for each group (None: valid for any group)."""
         expires = int(time.time()) + self.ttl
-        nonces = os.urandom(16 * len(groups))
+        first = self._serials(len(groups))
+        noise = os.urandom(8 * len(groups))
         out = []
         for i, g in enumerate(groups):
             body = _LAYOUT.pack(_VERSION, 0, campaign, ANY_GROUP if g is None else int(g),
-                                expires, nonces[16 * i : 16 * i + 16])
+                                expires, first + i, noise[8 * i : 8 * i + 8])
             out.append(base64.urlsafe_b64encode(body + self._mac(body)).decode("ascii"))
         return out
 
     def verify(self, campaign: int, tickets: Sequence[object], groups: Sequence[int], *,
-               indexed: bool = True) -> list[bytes]:
-        """The nonces of valid tickets for reports of ``groups``; the first bad ticket
+               indexed: bool = True) -> np.ndarray:
+        """The serials of valid tickets for reports of ``groups``; the first bad ticket
         raises a 403 :class:`ServiceError` (``ticket_required``, ``invalid_ticket``,
         ``ticket_expired``) naming its report's position when ``indexed``.
 
@@ -85,7 +105,7 @@ class TicketMint:
         """
         n = len(tickets)
         if n == 0:
-            return []
+            return np.zeros(0, dtype=np.int64)
         wellformed = [type(t) is str and len(t) == _TEXT for t in tickets]
         joined = "".join(t for t, ok in zip(tickets, wellformed, strict=True) if ok)
         if not all(wellformed) or not _CHARS.issuperset(joined):
@@ -107,7 +127,7 @@ class TicketMint:
             bad |= (np.frombuffer(expected, dtype=np.uint8).reshape(n, _MAC) != macs).any(1)
         fields = rows[:, :_BODY].copy().view(np.dtype([
             ("version", "u1"), ("zero", "u1"), ("campaign", ">u8"), ("group", ">u4"),
-            ("expires", ">u8"), ("nonce", "V16")])).ravel()
+            ("expires", ">u8"), ("serial", ">u8"), ("noise", "V8")])).ravel()
         bad |= (fields["version"] != _VERSION) | (fields["zero"] != 0)
         foreign = fields["campaign"] != campaign
         wrong = (fields["group"] != ANY_GROUP) & (fields["group"] != np.asarray(groups))
@@ -125,8 +145,7 @@ class TicketMint:
                                     f"issued for group {int(fields['group'][first])}, not "
                                     f"group {groups[first]}")
             raise self._refusal("ticket_expired", first, indexed)
-        nonces = rows[:, _BODY - 16 : _BODY].tobytes()
-        return [nonces[i : i + 16] for i in range(0, 16 * n, 16)]
+        return fields["serial"].astype(np.int64)
 
     @staticmethod
     def _refusal(code: str, index: int, indexed: bool, reason: str | None = None
