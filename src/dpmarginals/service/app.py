@@ -67,7 +67,8 @@ DEFAULT_MAX_BODY_BYTES = 8 << 20
 CAMPAIGN_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
 MAX_ASSIGNMENTS = MAX_BATCH_REPORTS
 MAX_QUERY_LENGTH = 4096
-MAX_ANSWER_CELLS = 1 << 20
+MAX_ANSWER_CELLS = 1 << 18
+_ANSWER_WAIT = 30.0  # seconds a read waits for another uncached answer being made
 
 
 @dataclass(frozen=True)
@@ -142,6 +143,7 @@ class Aggregator:
         self._assigned: dict[str, np.ndarray] = {}
         self._lock = threading.Lock()
         self._parsing = threading.BoundedSemaphore(max(1, os.cpu_count() or 1))
+        self.answering = threading.BoundedSemaphore(1)
 
     def campaign(self, name: str) -> Campaign:
         found = self.store.campaign(name)
@@ -388,7 +390,7 @@ def _admin_guard(fa: Any, agg: Aggregator, bearer: Any) -> list[Any]:
 def _request_limiter(fa: Any, agg: Aggregator) -> Any:
     Request = fa.Request
 
-    def limited(request: Request) -> None:
+    async def limited(request: Request) -> None:  # (async: no thread hop per request)
         agg.requests.check(source_of(request, forwarded=agg.limits.forwarded))
 
     return limited
@@ -586,7 +588,16 @@ def _add_analyst_endpoints(app: Any, fa: Any, agg: Aggregator, guards: Any) -> N
                                f"{MAX_ANSWER_CELLS:,}")
         release = agg.releases.current(found)
         _check_released(found, release)
-        body = release.answer((attrs, format), lambda: _answer(found, release, attrs, format))
+        def make() -> bytes:  # one uncached answer at a time (a large one takes seconds)
+            if not agg.answering.acquire(timeout=_ANSWER_WAIT):
+                raise ServiceError(503, "busy", "other answers are being computed; retry "
+                                   "shortly", headers={"Retry-After": "5"})
+            try:
+                return _answer(found, release, attrs, format)
+            finally:
+                agg.answering.release()
+
+        body = release.answer((attrs, format), make)
         media = "text/csv" if format == "csv" else "application/json"
         return Response(body, media_type=media)
 

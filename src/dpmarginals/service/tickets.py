@@ -106,6 +106,9 @@ class TicketMint:
         n = len(tickets)
         if n == 0:
             return np.zeros(0, dtype=np.int64)
+        if n == 1:  # one report: the same checks without numpy's overhead
+            return np.asarray([self._verify_one(campaign, tickets[0], groups[0], indexed)],
+                              dtype=np.int64)
         wellformed = [type(t) is str and len(t) == _TEXT for t in tickets]
         joined = "".join(t for t, ok in zip(tickets, wellformed, strict=True) if ok)
         if not all(wellformed) or not _CHARS.issuperset(joined):
@@ -146,6 +149,25 @@ class TicketMint:
                                     f"group {groups[first]}")
             raise self._refusal("ticket_expired", first, indexed)
         return fields["serial"].astype(np.int64)
+
+    def _verify_one(self, campaign: int, ticket: object, group: int, indexed: bool) -> int:
+        if type(ticket) is not str or len(ticket) != _TEXT or not _CHARS.issuperset(ticket):
+            code = "ticket_required" if ticket is None else "invalid_ticket"
+            raise self._refusal(code, 0, indexed)
+        raw = base64.urlsafe_b64decode(ticket)
+        body, mac = raw[:_BODY], raw[_BODY:]
+        version, zero, num, bound, expires, serial, _ = _LAYOUT.unpack(body)
+        if not hmac.compare_digest(mac, self._mac(body)) or version != _VERSION or zero:
+            raise self._refusal("invalid_ticket", 0, indexed)
+        if num != campaign:
+            raise self._refusal("invalid_ticket", 0, indexed, "the ticket is for another "
+                                "campaign")
+        if bound not in (ANY_GROUP, group):
+            raise self._refusal("invalid_ticket", 0, indexed, f"the ticket was issued for "
+                                f"group {bound}, not group {group}")
+        if expires < int(time.time()):
+            raise self._refusal("ticket_expired", 0, indexed)
+        return int(serial)
 
     @staticmethod
     def _refusal(code: str, index: int, indexed: bool, reason: str | None = None
