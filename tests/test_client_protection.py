@@ -391,10 +391,12 @@ def test_submit_with_a_ledger_reports_once_per_campaign_and_reuses_per_plan(monk
     assert one.submit(RECORD, max_epsilon=1.0, ledger=ledger) == first  # sent again: a dup
     assert len(service.stored) == 1
     service.calls.clear()
-    service.group = 2  # a dishonest assignment is not even asked for
+    service.group = 2  # a dishonest assignment is asked only for its ticket: group ignored
     two = ServiceClient("http://collector.example", "week-2")
-    second = two.submit(RECORD, max_epsilon=1.0, ledger=ledger)
-    assert service.calls == ["GET plan", "POST reports"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # not even an AssignmentIgnored warning
+        second = two.submit(RECORD, max_epsilon=1.0, ledger=ledger)
+    assert service.calls == ["GET plan", "GET assignment", "POST reports"]
     assert (second["group"], second["payload"]) == (1, first["payload"])
     assert second["report_id"] != first["report_id"]
     assert ledger.spent() == 1.0

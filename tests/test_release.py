@@ -292,18 +292,23 @@ def test_service_answers_show_the_users_values(tmp_path):
 
     data = Dataset.from_frame(people(3000), DOMAIN)
     plan = CALM(epsilon=1.0, k=2).plan(data.domain, data.n)
-    reports = make_reports(plan, data.codes, max_epsilon=1.0, rng=0)
-    assert synopsis_from_reports(plan, reports).privacy.private is True
     token = {"Authorization": "Bearer t0ken-for-tests-0123456789"}
     app = create_app(tmp_path / "s.db", admin_token=token["Authorization"].split()[1])
     with TestClient(app) as api:
         r = api.post("/campaigns", json={"id": "p", "plan": plan.to_dict()}, headers=token)
         assert r.status_code == 201, r.text
-        r = api.post("/campaigns/p/reports/batch", json={"reports": reports})
+        given = api.get("/campaigns/p/assignment", params={"count": data.n}).json()
+        reports = make_reports(plan, data.codes, max_epsilon=1.0, rng=0,
+                               groups=np.asarray(given["groups"]))
+        assert synopsis_from_reports(plan, reports).privacy.private is True
+        ticketed = [{**rep, "ticket": t} for rep, t in zip(reports, given["tickets"],
+                                                           strict=True)]
+        r = api.post("/campaigns/p/reports/batch", json={"reports": ticketed})
         assert r.status_code < 300, r.text
-        body = api.get("/campaigns/p/marginals", params={"attributes": "income,sex"}).json()
+        body = api.get("/campaigns/p/marginals", params={"attributes": "income,sex"},
+                       headers=token).json()
         assert body["labels"] == {"income": ["low", "mid", "high"], "sex": ["f", "m"]}
-        csv = api.get("/campaigns/p/marginals",
+        csv = api.get("/campaigns/p/marginals", headers=token,
                       params={"attributes": "income", "format": "csv"}).text
         assert csv.splitlines()[1].startswith("low,")
 

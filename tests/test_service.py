@@ -16,6 +16,7 @@ import sqlite3
 import subprocess
 import tempfile
 import threading
+import time
 import uuid
 import warnings
 from pathlib import Path
@@ -40,6 +41,9 @@ from dpmarginals.service.store import SQLiteStore, Store, open_store
 
 TOKEN = "test-admin-token"
 ADMIN = {"Authorization": f"Bearer {TOKEN}"}
+OPEN = {"tickets": "off", "public": True, "refresh_seconds": 0, "status_granularity": 1}
+"""Settings of the campaigns these tests post reports to without tickets (the ticket flow,
+tokens and coarsened status are tested in tests/test_service_open.py)."""
 DOMAIN = Domain(("a", "b", "c", "d"), (2, 3, 4, 2))
 
 
@@ -245,9 +249,12 @@ def api(tmp_path):
         yield client
 
 
-def create(api: TestClient, name: str = "c1", plan: Plan | None = None) -> Plan:
+def create(api: TestClient, name: str = "c1", plan: Plan | None = None,
+           settings: dict | None = None) -> Plan:
     plan = plan or mixed_plan()
-    r = api.post("/campaigns", json={"id": name, "plan": plan.to_dict()}, headers=ADMIN)
+    body = {"id": name, "plan": plan.to_dict(), "settings": OPEN if settings is None
+            else settings}
+    r = api.post("/campaigns", json=body, headers=ADMIN)
     assert r.status_code == 201, r.text
     return plan
 
@@ -258,17 +265,41 @@ def status(api: TestClient, name: str = "c1") -> dict:
     return r.json()
 
 
+def released(api: TestClient, name: str, reports: int, attrs: str = "a",
+             headers: dict | None = None) -> dict:
+    """The marginal over ``attrs`` once the release covers ``reports`` reports (releases
+    are made in the background after each commit)."""
+    deadline = time.monotonic() + 60
+    while True:
+        r = api.get(f"/campaigns/{name}/marginals", params={"attributes": attrs},
+                    headers=headers)
+        late = time.monotonic() > deadline
+        if r.status_code == 409 and not late:  # the release before the reports: none yet
+            time.sleep(0.02)
+            continue
+        assert r.status_code == 200, r.text
+        if r.json()["reports"] == reports or late:
+            assert r.json()["reports"] == reports
+            return r.json()
+        time.sleep(0.02)
+
+
 def test_admin_endpoints_need_the_token(api):
     plan = mixed_plan()
     body = {"id": "c1", "plan": plan.to_dict()}
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic x"}):
         r = api.post("/campaigns", json=body, headers=headers)
-        assert r.status_code in (401, 403) and r.json()["error"] in ("unauthorized",)
-        assert api.get("/campaigns", headers=headers).status_code == 401
+        assert r.status_code == 401 and r.json()["error"] == "unauthorized"
+        assert api.post("/campaigns/c1/close", headers=headers).status_code == 401
     create(api)
+    create(api, "hidden", settings={})
     assert api.get("/campaigns/c1/reports").status_code == 401
-    assert api.get("/campaigns", headers=ADMIN).json() == {
-        "campaigns": [{"id": "c1", "plan_hash": plan.hash}]}
+    listed = api.get("/campaigns", headers=ADMIN).json()["campaigns"]
+    assert [(c["id"], c["plan_hash"], c["public"]) for c in listed] == [
+        ("c1", plan.hash, True), ("hidden", plan.hash, False)]
+    for headers in ({}, {"Authorization": "Bearer wrong"}):  # no token: public ones only
+        assert [c["id"] for c in api.get("/campaigns", headers=headers).json()[
+            "campaigns"]] == ["c1"]
 
 
 def test_campaign_creation_validates_the_plan_and_the_id(api):
@@ -290,6 +321,7 @@ def test_campaign_creation_validates_the_plan_and_the_id(api):
         r = api.post("/campaigns", json=body, headers=ADMIN)
         assert r.status_code == 422, (body, r.text)
         assert reason in r.json()["reason"], r.text
+        assert set(r.json()) == {"error", "reason"}
     r = api.post("/campaigns", content=b"{", headers=ADMIN)
     assert r.status_code == 400 and r.json()["error"] == "invalid_json"
     create(api)
@@ -354,7 +386,8 @@ def test_every_bad_report_is_refused_with_a_reason_and_changes_nothing(api, tmp_
     for body in ({"reports": []}, {"reports": "x"}, {"items": reports[11:12]}, [good]):
         assert api.post("/campaigns/c1/reports/batch", json=body).status_code == 422
     assert api.post("/campaigns/c1/reports", content=b"\xff\xfe").status_code == 400
-    assert api.post("/campaigns/c1/reports", content=b"[" * 50_000).status_code == 400
+    deep = api.post("/campaigns/c1/reports", content=b"[" * 50_000)  # refused unparsed
+    assert (deep.status_code, deep.json()["error"]) == (422, "invalid_report")
     assert api.post("/campaigns/c1/reports", content=b"1" * 5000).status_code == 400
     assert api.post("/campaigns/nope/reports", json=good).status_code == 404
     assert status(api) == before
@@ -386,6 +419,7 @@ def test_marginals_equal_the_in_process_release_on_the_same_reports(api):
     assert api.get("/campaigns/c1/marginals", params={"attributes": "a"}).status_code == 409
     reports = make_reports(plan, records(3000, seed=8), max_epsilon=1.0, rng=9)
     api.post("/campaigns/c1/reports/batch", json={"reports": reports})
+    released(api, "c1", 3000)
     exported = [json.loads(line) for line in
                 api.get("/campaigns/c1/reports", headers=ADMIN).text.splitlines()]
     assert len(exported) == 3000
@@ -406,7 +440,7 @@ def test_marginals_equal_the_in_process_release_on_the_same_reports(api):
     # new reports change the answer (the cached synopsis is refreshed)
     more = make_reports(plan, records(500, seed=10), max_epsilon=1.0, rng=11)
     api.post("/campaigns/c1/reports/batch", json={"reports": more})
-    after = api.get("/campaigns/c1/marginals", params={"attributes": "a,b"}).json()
+    after = released(api, "c1", 3500, "a,b")
     assert after["reports"] == 3500
     assert after["values"] == synopsis_from_reports(plan, reports + more).marginal(
         ["a", "b"]).values.ravel().tolist()
@@ -438,7 +472,7 @@ def test_the_service_runs_on_postgresql(postgres_url):
         dup = api.post(f"/campaigns/{name}/reports", json=reports[0])
         assert dup.status_code == 409
         assert status(api, name)["reports"] == 301
-        got = api.get(f"/campaigns/{name}/marginals", params={"attributes": "a,b"}).json()
+        got = released(api, name, 301, "a,b")
         local = synopsis_from_reports(plan, reports[:301]).marginal(["a", "b"])
         assert got["values"] == local.values.ravel().tolist()
         assert api.get("/health").json()["store"] == "postgresql"
@@ -537,3 +571,62 @@ def test_two_postgres_stores_share_a_campaign(postgres_url):
         ids = [r["report_id"] for r in two.reports(second)]
         assert len(ids) == len(set(ids)) == sum(accepted)
         _assert_counts_match(one, first)
+
+
+def test_an_export_is_one_snapshot_while_batches_are_written(store):
+    """Issue 17: an export during writes returned 68 batches in part.  A snapshot holds
+    each batch wholly or not at all, and as many reports as it states."""
+    plan = mixed_plan()
+    campaign, _ = store.create_campaign(unique_name(), plan)
+    codec = campaign.codec
+    batches = [make_reports(plan, records(200, seed=s), max_epsilon=1.0, rng=s)
+               for s in range(40)]
+    batch_of = {r["report_id"]: i for i, batch in enumerate(batches) for r in batch}
+    stop = threading.Event()
+
+    def writer(offset: int) -> None:
+        for batch in batches[offset::2]:
+            store.add_reports(campaign, codec.decode(batch))
+        stop.set()
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in (0, 1)]
+    for t in threads:
+        t.start()
+    seen = []
+    while not stop.is_set() or not seen:
+        with store.snapshot(campaign) as (count, reports):
+            ids = [r["report_id"] for r in reports]
+        assert len(ids) == count
+        per_batch = np.bincount([batch_of[i] for i in ids], minlength=len(batches))
+        assert set(per_batch.tolist()) <= {0, 200}, "a batch is in the export in part"
+        seen.append(count)
+    for t in threads:
+        t.join()
+    with store.snapshot(campaign) as (count, reports):
+        assert count == sum(1 for _ in reports) == 8000
+    assert len(seen) >= 2
+
+
+def test_a_ticket_serial_is_spent_once(store):
+    from dpmarginals.service.store import TICKET_BLOCK, TicketUsed
+
+    plan = mixed_plan()
+    campaign, _ = store.create_campaign(unique_name(), plan)
+    codec = campaign.codec
+    reports = make_reports(plan, records(60), max_epsilon=1.0, rng=20)
+    start = store.reserve_serials(100)
+    assert store.reserve_serials(10) >= start + 100  # ranges never overlap
+    serials = start + TICKET_BLOCK - 10 + np.arange(20)  # across two bitmap rows
+    assert store.add_reports(campaign, codec.decode(reports[:20]), serials) == 20
+    for bad, at in ((np.r_[serials[5], start + 3 * TICKET_BLOCK + np.arange(19)], 0),
+                    (np.r_[start + 5 * TICKET_BLOCK, start + 5 * TICKET_BLOCK,
+                           start + 6 * TICKET_BLOCK + np.arange(18)], 1)):
+        with pytest.raises(TicketUsed) as err:
+            store.add_reports(campaign, codec.decode(reports[20:40]), bad)
+        assert err.value.code == "ticket_used" and err.value.index == at
+    assert store.users(campaign).sum() == 20  # nothing of the refused batches
+    fresh = start + 5 * TICKET_BLOCK + np.arange(20)  # unspent by the refused batch
+    assert store.add_reports(campaign, codec.decode(reports[20:40]), fresh) == 20
+    with pytest.raises(ReportError) as err:  # a stored report again: a duplicate first
+        store.add_reports(campaign, codec.decode(reports[:20]), serials)
+    assert err.value.code == "duplicate_report"

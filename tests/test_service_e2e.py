@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -47,7 +48,7 @@ def _free_port() -> int:
 
 def _env() -> dict[str, str]:
     path = os.pathsep.join(p for p in (str(SRC), os.environ.get("PYTHONPATH", "")) if p)
-    return {**os.environ, "PYTHONPATH": path}
+    return {**os.environ, "PYTHONPATH": path, "DPMARGINALS_ADMIN_TOKEN": TOKEN}
 
 
 def _command(*args: str) -> list[str]:
@@ -63,7 +64,7 @@ class Server:
         self.log = open(db.parent / f"server-{self.port}.log", "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
             _command("serve", "--db", str(db), "--host", "127.0.0.1", "--port", str(self.port),
-                     "--admin-token", TOKEN, *extra),
+                     *extra),
             env=_env(), stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -84,9 +85,26 @@ class Server:
         return Path(self.log.name).read_text(errors="replace")[-2000:]
 
     def get(self, path: str, **query: str) -> dict:
+        """GET with the admin token (which also reads what analysts read)."""
         url = self.url + path + ("?" + urllib.parse.urlencode(query) if query else "")
-        with urllib.request.urlopen(url, timeout=60) as r:
+        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {TOKEN}"})
+        with urllib.request.urlopen(request, timeout=60) as r:
             return json.loads(r.read())
+
+    def released(self, campaign: str, reports: int, attributes: str) -> dict:
+        """The marginal once the campaign's release covers ``reports`` reports."""
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                answer = self.get(f"/campaigns/{campaign}/marginals", attributes=attributes)
+            except urllib.error.HTTPError as exc:  # 409 before the first release
+                if exc.code != 409 or time.monotonic() > deadline:
+                    raise
+                answer = {"reports": -1}
+            if answer["reports"] == reports:
+                return answer
+            assert time.monotonic() < deadline, answer
+            time.sleep(0.05)
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -132,9 +150,11 @@ def test_serve_client_and_query_as_a_new_user(tmp_path):
     domain, data = _adult_sample(tmp_path, 5000)
     server = Server(tmp_path / "adult.db")
     try:
-        out = _run("campaign", "create", "--server", server.url, "--token", TOKEN, "--id",
-                   "adult", "--domain", str(domain), "--epsilon", "1.0", "--k", "2", "--n",
-                   "5000", "--save-plan", str(tmp_path / "plan.json"))
+        out = _run("plan", "--domain", str(domain), "--epsilon", "1.0", "--k", "2", "--n",
+                   "5000", "--out", str(tmp_path / "plan.json"))  # no server needed
+        assert "wrote the plan" in out
+        out = _run("campaign", "create", "--server", server.url, "--id", "adult", "--plan",
+                   str(tmp_path / "plan.json"), "--tickets", "any")
         assert "created campaign 'adult'" in out
         plan = Plan.load(tmp_path / "plan.json")
         out = _run("client", "--server", server.url, "--campaign", "adult", "--data", str(data),
@@ -149,18 +169,26 @@ def test_serve_client_and_query_as_a_new_user(tmp_path):
         status = server.get("/campaigns/adult/status")
         assert status["reports"] == 5060 and status["plan_hash"] == plan.hash
         local = synopsis_from_reports(plan, sent)
+        server.released("adult", 5060, "age")
         for attrs in (["age", "sex"], ["education", "income>50K"], ["race", "sex", "workclass"]):
             served = server.get("/campaigns/adult/marginals", attributes=",".join(attrs))
             assert served["attributes"] == attrs and served["reports"] == 5060
             assert served["values"] == local.marginal(attrs).values.ravel().tolist()
-        _run("campaign", "export", "--server", server.url, "--id", "adult", "--token", TOKEN,
+        _run("campaign", "export", "--server", server.url, "--id", "adult",
              "--out", str(tmp_path / "export.jsonl"))
         exported = _read_jsonl(tmp_path / "export.jsonl")
         assert sorted(json.dumps(r, sort_keys=True) for r in exported) == sorted(
-            json.dumps(r, sort_keys=True) for r in sent)
+            json.dumps({k: v for k, v in r.items() if k != "ticket"}, sort_keys=True)
+            for r in sent)
+        _run("estimate", "--reports", str(tmp_path / "export.jsonl"), "--plan",
+             str(tmp_path / "plan.json"), "--out", str(tmp_path / "from_jsonl.json"))
+        from_lines = load_synopsis(tmp_path / "from_jsonl.json")
+        for attrs in (["age", "sex"], ["race", "sex", "workclass"]):
+            np.testing.assert_allclose(from_lines.marginal(attrs).values,
+                                       local.marginal(attrs).values, atol=1e-9)
         root = tmp_path / "reports"
-        out = _run("campaign", "export", "--server", server.url, "--id", "adult", "--token",
-                   TOKEN, "--parquet", str(root))
+        out = _run("campaign", "export", "--server", server.url, "--id", "adult",
+                   "--parquet", str(root))
         assert "wrote 5,060 reports" in out
         _run("estimate", "--reports", str(root), "--engine", "duckdb",
              "--out", str(tmp_path / "from_parquet.json"))
@@ -199,7 +227,12 @@ def test_kill_9_during_ingestion_loses_no_acknowledged_report(tmp_path):
         while not stop.is_set():
             size = 1 if rng.random() < 0.3 else int(rng.integers(20, 300))
             rows = rng.integers(0, plan.domain.sizes, size=(size, len(plan.domain)))
-            reports = make_reports(plan, rows, max_epsilon=1.0, rng=rng)
+            try:
+                groups = client.assignment(count=size)  # with their tickets
+            except Exception:  # the server died: nothing was sent
+                return
+            reports = client.with_tickets(make_reports(plan, rows, max_epsilon=1.0, rng=rng,
+                                                       groups=np.asarray(groups)))
             try:
                 if size == 1:
                     client.send(reports[0])
@@ -251,7 +284,7 @@ def test_kill_9_during_ingestion_loses_no_acknowledged_report(tmp_path):
         assert final == len(possible)
         with ServiceClient(server.url, "crash", token=TOKEN) as admin:
             exported = admin.export_reports()
-        answer = server.get("/campaigns/crash/marginals", attributes="b,c")
+        answer = server.released("crash", len(possible), "b,c")
         assert answer["values"] == synopsis_from_reports(plan, exported).marginal(
             ["b", "c"]).values.ravel().tolist()
     finally:
@@ -266,9 +299,19 @@ def fuzz_server(tmp_path_factory):
     server = Server(tmp / "fuzz.db", "--max-body-mb", "0.25")
     plan = _crash_plan()  # every oracle, so every payload format is fuzzed
     with ServiceClient(server.url, "fuzz", token=TOKEN) as admin:
-        admin.create_campaign(plan)
+        admin.create_campaign(plan, {"tickets": "off", "refresh_seconds": 0})
         admin.send_batch(make_reports(plan, np.zeros((30, len(plan.domain)), dtype=np.int64),
                                       max_epsilon=1.0, rng=0))
+    with ServiceClient(server.url, "fuzzt", token=TOKEN) as admin:
+        admin.create_campaign(plan, {"refresh_seconds": 0, "tickets": "any"})
+        admin.send_batch(make_reports(plan, np.zeros((30, len(plan.domain)), dtype=np.int64),
+                                      max_epsilon=1.0, rng=1, groups=np.asarray(
+                                          admin.assignment(count=30))))
+        server.tickets = []
+        for _ in range(1 + 4 * FUZZ_EXAMPLES // 100):  # real tickets for generated reports
+            admin.assignment(count=100)
+            server.tickets += [t for pool in admin._tickets.values() for t in pool]
+            admin._tickets.clear()
     server.plan = plan
     yield server
     code = server.stop()
@@ -299,10 +342,29 @@ def test_oversized_bodies_get_413_over_a_real_connection(fuzz_server):
     assert fuzz_server.get("/campaigns/fuzz/status")["reports"] == 30
 
 
-FUZZ_EXAMPLES = 25  # per operation and mode: 11 operations x 2 modes, 10-25 s
+FUZZ_EXAMPLES = int(os.environ.get("DPMARGINALS_FUZZ_EXAMPLES", "25"))
+"""Generated requests per operation and mode (12 operations x 2 modes: about 600 in CI;
+DPMARGINALS_FUZZ_EXAMPLES=220 gives the 5,000-request run of docs/deployment.md)."""
+FUZZ_TALLY: dict[int, int] = {}
+ERROR_KEYS = {"error", "reason", "index", "duplicates"}
 
 
-def _aim(body: object, plan: Plan) -> None:
+def documented_error(ctx, response, case) -> None:
+    """Every error answer is the documented {"error", "reason"} object."""
+    FUZZ_TALLY[response.status_code] = FUZZ_TALLY.get(response.status_code, 0) + 1
+    if response.status_code < 400:
+        return None
+    try:
+        body = json.loads(response.content)
+    except ValueError:
+        raise AssertionError(f"{response.status_code} answer is not JSON: "
+                             f"{response.content[:200]!r}") from None
+    assert isinstance(body, dict) and {"error", "reason"} <= set(body) <= ERROR_KEYS, body
+    assert isinstance(body["error"], str) and isinstance(body["reason"], str), body
+    return None
+
+
+def _aim(body: object, plan: Plan, tickets: list[str] | None = None) -> None:
     """Give generated reports the campaign's plan hash and a valid group, so validation
     reaches the payloads."""
     items = body.get("reports") if isinstance(body, dict) else None
@@ -311,15 +373,20 @@ def _aim(body: object, plan: Plan) -> None:
             item["plan_hash"] = plan.hash
         if isinstance(item, dict) and type(item.get("group")) is int:
             item["group"] %= plan.m
+        if tickets and isinstance(item, dict) and "ticket" in item:
+            item["ticket"] = tickets.pop()
 
 
-def _fuzz(operation, mode, url: str, headers: dict[str, str], plan: Plan) -> None:
-    """Run FUZZ_EXAMPLES generated requests of one operation; raise on a 5xx answer."""
+def _fuzz(operation, mode, url: str, headers: dict[str, str], plan: Plan,
+          tickets: list[str]) -> None:
+    """Run FUZZ_EXAMPLES generated requests of one operation; raise on a 5xx answer or an
+    error answer that is not the documented {"error", "reason"} object."""
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis.errors import Unsatisfiable
     from schemathesis.checks import not_a_server_error
 
     calls = [0]
+    closing = operation.path.endswith("/close")
 
     @settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None, derandomize=True,
               phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
@@ -327,11 +394,12 @@ def _fuzz(operation, mode, url: str, headers: dict[str, str], plan: Plan) -> Non
     def run(case):
         calls[0] += 1
         params = case.path_parameters or {}
-        if "campaign" in params and calls[0] % 2:
-            params["campaign"] = "fuzz"  # half the requests hit the real campaign
-            _aim(case.body, plan)
-        case.call_and_validate(base_url=url, headers=headers, checks=[not_a_server_error],
-                               timeout=30)
+        if "campaign" in params and calls[0] % 3 and not closing:
+            # two thirds hit the real campaigns: without tickets, and with real tickets
+            params["campaign"] = "fuzz" if calls[0] % 3 == 1 else "fuzzt"
+            _aim(case.body, plan, tickets if params["campaign"] == "fuzzt" else None)
+        case.call_and_validate(base_url=url, headers=headers, timeout=30,
+                               checks=[not_a_server_error, documented_error])
 
     try:
         run()
@@ -352,8 +420,127 @@ def test_fuzzing_the_api_finds_no_server_error(fuzz_server):
     headers = {"Authorization": f"Bearer {TOKEN}"}
     operations = [result.ok() for result in schema.get_all_operations()]
     assert len(operations) >= 10
+    FUZZ_TALLY.clear()
     for operation in operations:
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
             # a 5xx raises schemathesis's report, with a curl command that reproduces it
-            _fuzz(operation, mode, fuzz_server.url, headers, fuzz_server.plan)
+            _fuzz(operation, mode, fuzz_server.url, headers, fuzz_server.plan,
+                  fuzz_server.tickets)
     assert fuzz_server.proc.poll() is None
+    print(f"fuzzing: {sum(FUZZ_TALLY.values()):,} requests, answers by status "
+          f"{dict(sorted(FUZZ_TALLY.items()))}")
+    assert sum(FUZZ_TALLY.values()) >= 10 * FUZZ_EXAMPLES and 500 not in FUZZ_TALLY
+
+
+# -- connections and memory in the open ------------------------------------------------------
+def _closed_within(sock: socket.socket, seconds: float) -> tuple[bool, bytes]:
+    """Whether the server closed ``sock`` within ``seconds`` (and what it sent first)."""
+    sock.settimeout(seconds)
+    got = b""
+    try:
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return True, got
+            got += chunk
+    except TimeoutError:
+        return False, got
+    except ConnectionResetError:
+        return True, got
+
+
+def test_idle_slow_and_silent_connections_are_closed(tmp_path):
+    """Header, idle and body timeouts (issue 17: 200 idle connections and a slow body were
+    held for 15 s and more).  The bounds here are generous: the timeouts are 1 s."""
+    server = Server(tmp_path / "slow.db", "--header-timeout", "1", "--keep-alive-timeout", "1",
+                    "--body-timeout", "1")
+    try:
+        silent = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(200)]
+        start = time.monotonic()
+        assert all(_closed_within(s, 15)[0] for s in silent)
+        assert time.monotonic() - start < 15
+        for s in silent:
+            s.close()
+        slow = socket.create_connection(("127.0.0.1", server.port))
+        slow.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        closed = False
+        for _ in range(40):  # one header byte every 0.25 s never completes the headers
+            try:
+                slow.sendall(b"X")
+            except OSError:
+                closed = True
+                break
+            time.sleep(0.25)
+        closed = closed or _closed_within(slow, 5)[0]
+        assert closed, "a request whose headers never end was held open"
+        slow.close()
+        body = socket.create_connection(("127.0.0.1", server.port))
+        body.sendall(b"POST /campaigns/x/reports HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+        closed, answer = _closed_within(body, 15)
+        assert closed and answer.startswith(b"HTTP/1.1 408"), answer[:200]
+        assert b'"error":"body_timeout"' in answer
+        body.close()
+        assert server.get("/health")["status"] == "ok"
+    finally:
+        server.stop()
+
+
+def _peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux /proc")
+def test_concurrent_large_bodies_do_not_amplify_memory(tmp_path):
+    """Issue 17: 12 concurrent 8 MiB bodies took the server from 204 to 1,079 MiB.  Now a
+    body is bounded before it is parsed and the bytes buffered at once are bounded."""
+    import http.client
+
+    server = Server(tmp_path / "mem.db")
+    try:
+        with ServiceClient(server.url, "mem", token=TOKEN) as admin:
+            admin.create_campaign(_crash_plan())
+        before = _peak_rss_mib(server.proc.pid)
+        size = (8 << 20) - 64
+        count = (size - 16) // 3
+        bodies = {
+            "objects": b'{"reports":[' + b"{}," * count + b"{}]}",
+            "numbers": b'{"reports":[' + b"0," * ((size - 16) // 2) + b"0]}",
+            "strings": b'{"reports":["' + b"a" * (size - 20) + b'"]}',
+        }
+        answers: list[tuple[int, dict]] = []
+        lock = threading.Lock()
+
+        def post(body: bytes) -> None:
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
+            try:
+                conn.request("POST", "/campaigns/mem/reports/batch", body=body,
+                             headers={"Content-Type": "application/json"})
+                resp = conn.getresponse()
+                answer = (resp.status, json.loads(resp.read()))
+            except (BrokenPipeError, ConnectionResetError):  # answered (503) before the
+                answer = (0, {"error": "refused unread", "reason": ""})  # body was sent
+            with lock:
+                answers.append(answer)
+            conn.close()
+
+        for kind, body in bodies.items():
+            assert len(body) <= 8 << 20, kind
+            threads = [threading.Thread(target=post, args=(body,)) for _ in range(12)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        growth = _peak_rss_mib(server.proc.pid) - before
+        assert len(answers) == 36
+        assert all(s in (0, 413, 422, 503) and set(b) >= {"error", "reason"}
+                   for s, b in answers)
+        assert sum(s == 413 for s, _ in answers) >= 3  # some were read, and refused unparsed
+        assert growth < 150, f"peak RSS grew by {growth:.0f} MiB"
+        print(f"peak RSS growth under 3 x 12 concurrent 8 MiB bodies: {growth:.0f} MiB; "
+              f"answers {sorted({s for s, _ in answers})}")
+    finally:
+        server.stop()

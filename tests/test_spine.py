@@ -184,7 +184,8 @@ ADMIN = {"Authorization": "Bearer t"}
 
 
 def _through_service(api, name: str, plan, reports) -> list[dict]:
-    r = api.post("/campaigns", json={"id": name, "plan": plan.to_dict()}, headers=ADMIN)
+    r = api.post("/campaigns", json={"id": name, "plan": plan.to_dict(), "settings": {
+        "tickets": "off", "public": True}}, headers=ADMIN)  # (tickets: test_service_open.py)
     assert r.status_code == 201, r.text
     for i in range(0, len(reports), 2000):
         r = api.post(f"/campaigns/{name}/reports/batch", json={"reports": reports[i:i + 2000]})

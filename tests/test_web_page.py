@@ -140,8 +140,11 @@ class Service:
         self.reports: dict[str, list[dict[str, Any]]] = {}
 
     def create(self, name: str, plan: Plan, records: np.ndarray | None, seed: int) -> None:
-        r = self.http.post("/campaigns", json={"id": name, "plan": plan.to_dict()},
-                           headers=ADMIN)
+        # Reports posted in one batch without tickets, releases made at once (not private:
+        # the page's reads need a token).
+        settings = {"tickets": "off", "refresh_seconds": 0}
+        r = self.http.post("/campaigns", json={"id": name, "plan": plan.to_dict(),
+                                               "settings": settings}, headers=ADMIN)
         assert r.status_code == 201, r.text
         if records is not None:  # simulated users (seeded): a test, not a release
             reports = make_reports(plan, records, max_epsilon=2.0, rng=seed)

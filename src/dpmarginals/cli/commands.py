@@ -59,6 +59,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
     if args.workload is not None:
         return _cmd_plan_workload(args)
+    if args.out is not None:
+        return _cmd_plan_out(args)
     if args.d is None or args.k is None:
         raise DPMarginalsError("plan needs --d and --k (or --workload FILE)")
     sizes = None if args.values_per_attribute is None else [args.values_per_attribute] * args.d
@@ -75,6 +77,32 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         print(f"  noise error k*NE = {choice.noise_error:.3g}, "
               f"sampling error SE = {choice.sampling_error:.3g}")
     return 0
+
+
+def _cmd_plan_out(args: argparse.Namespace) -> int:
+    """``plan --domain FILE ... --out plan.json``: a campaign's plan, no server needed."""
+    from .plans import build_plan, describe_plan
+
+    missing = [f"--{f}" for f in ("domain", "k") if getattr(args, f) is None]
+    if missing:
+        raise DPMarginalsError(f"plan --out needs {' and '.join(missing)} (the domain JSON "
+                               "names the attributes)")
+    plan = build_plan(args.method, args.domain, args.epsilon, args.k, args.n, args.oracle)
+    if args.d is not None and args.d != len(plan.domain):
+        raise DPMarginalsError(f"--d {args.d} but the domain has {len(plan.domain)} attributes")
+    _save_plan(plan, args.out)
+    print(json.dumps({"out": args.out, "plan_hash": plan.hash, "method": plan.method,
+                      "groups": plan.m}) if args.json else
+          f"wrote the plan ({describe_plan(plan)}) to {args.out}; create a campaign with "
+          f"`dpmarginals campaign create --plan {args.out} ...`")
+    return 0
+
+
+def _save_plan(plan: Any, path: str) -> None:
+    try:
+        plan.save(path)
+    except OSError as exc:
+        raise DPMarginalsError(f"cannot write {path!r}: {exc.strerror or exc}") from None
 
 
 def _cmd_plan_workload(args: argparse.Namespace) -> int:
@@ -105,6 +133,8 @@ def _cmd_plan_workload(args: argparse.Namespace) -> int:
     choice = plan_workload(domain, args.n, args.epsilon, workload, oracles=oracles,
                            max_report_bits=args.max_report_bits, theta=args.theta,
                            public=public)
+    if args.out is not None:
+        _save_plan(choice.plan(domain, args.n, args.epsilon), args.out)
     if args.json:
         print(json.dumps({**choice.to_dict(), "queries": len(workload.queries),
                           "candidates": list(choice.candidates[:10])}))
@@ -404,7 +434,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="choose (l, m) and the oracle for this workload (JSON: a list of "
                    "attribute lists, or {\"k\": 3}) by its predicted error")
     p.add_argument("--domain", default=None, metavar="FILE",
-                   help="with --workload: domain JSON naming the attributes ({\"attr\": size})")
+                   help="with --workload or --out: domain JSON naming the attributes "
+                   "({\"attr\": size})")
     p.add_argument("--public", default=None, metavar="DATASET",
                    help="with --workload: a public or synthetic data set (name or CSV/Parquet) "
                    "to measure reconstruction error instead of charging theta")
@@ -412,6 +443,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --workload: candidate oracles (default grr,oue,olh,hr)")
     p.add_argument("--max-report-bits", type=_positive_int, default=None, metavar="B",
                    help="with --workload: only oracles whose report fits in B bits")
+    p.add_argument("--out", default=None, metavar="PLAN.json",
+                   help="write the campaign's plan (for `campaign create --plan` or an "
+                   "offline `client --plan`); needs --domain (and --k, or --workload)")
+    p.add_argument("--method", default="calm",
+                   help="with --out: the method that builds the plan (default calm)")
+    p.add_argument("--oracle", default=None,
+                   help="with --out: CALM's oracle choice (default adaptive)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_cmd_plan)
 

@@ -20,33 +20,36 @@ __all__ = ["register"]
 _DESCRIPTION = """\
 Build the synopsis of a local-DP campaign from its reports in Parquet files
 (ROOT/campaign=<id>/group=<g>/part-*.parquet, as `dpmarginals.engines.export_reports`
-writes them; see docs/engines.md for the schemas): count the reports per group on the
-chosen engine, release the counts with the plan's own method (CALM: unbias per oracle,
-make the marginals consistent; FT: invert the Hadamard coefficients; EM: keep the
-histograms EM answers from; ...), and save the synopsis (answer queries with
+writes them; see docs/engines.md for the schemas), or in a JSON-lines file (.jsonl,
+.ndjson, .json, optionally .gz: what `dpmarginals client --save-reports` and `campaign
+export --out` write; give --plan): count the reports per group on the chosen engine,
+release the counts with the plan's own method (CALM: unbias per oracle, make the marginals
+consistent; FT: invert the Hadamard coefficients; EM: keep the histograms EM answers from;
+...), and save the synopsis (answer queries with
 `dpmarginals query`).
 
-engines: duckdb (default; SQL over the files, out of core, all cores), numpy (in
-memory, a batch of files at a time), spark (Apache Spark; `pip install
-'dpmarginals[spark]'` and Java 17). All three return identical counts."""
+engines: duckdb (the default for Parquet; SQL over the files, out of core, all cores),
+numpy (in memory, a batch of files or lines at a time; the default and the only engine for
+JSON lines), spark (Apache Spark; `pip install 'dpmarginals[spark]'` and Java 17). All
+three return identical counts."""
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``estimate`` to the CLI's subparsers (``parser.add_subparsers(...)``)."""
     p = subparsers.add_parser(
-        "estimate", help="build a synopsis from stored reports (Parquet) on numpy/DuckDB/Spark",
+        "estimate", help="build a synopsis from stored reports (Parquet or JSON lines)",
         description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--reports", required=True, metavar="PATH",
-                   help="reports directory: the root holding campaign=<id>/, or a campaign "
-                   "directory")
+                   help="reports directory (the root holding campaign=<id>/, or a campaign "
+                   "directory), or a JSON-lines file of reports")
     p.add_argument("--plan", default=None, metavar="PLAN.json",
                    help="the campaign's public plan (default: the _plan.json stored with the "
                    "reports); reports made under another plan are refused")
     p.add_argument("--campaign", default=None, metavar="ID",
                    help="campaign id when PATH holds several campaigns")
-    p.add_argument("--engine", choices=ENGINES, default="duckdb",
-                   help="counting engine (default duckdb)")
+    p.add_argument("--engine", choices=ENGINES, default=None,
+                   help="counting engine (default duckdb for Parquet, numpy for JSON lines)")
     p.add_argument("--threads", type=_positive_int, default=None,
                    help="DuckDB worker threads (default: all cores)")
     p.add_argument("--spark-master", default=None, metavar="URL",
@@ -62,13 +65,26 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 def _cmd_estimate(args: argparse.Namespace) -> int:
     from ..engines import estimate
+    from ..engines.jsonl import is_jsonl
     from ..engines.parquet import read_manifest, resolve_campaign
     from ..protocol.plan import Plan
 
     remote = "://" in str(args.reports) and not str(args.reports).startswith("file://")
+    lines = not remote and is_jsonl(args.reports)
+    if args.engine is None:
+        args.engine = "numpy" if lines else "duckdb"
     if remote and args.engine != "spark":
         raise DPMarginalsError(f"{args.reports!r} is not a local path: use --engine spark")
-    campaign_dir: Any = args.reports if remote else resolve_campaign(args.reports, args.campaign)
+    if lines:
+        if args.plan is None:
+            raise DPMarginalsError(f"{args.reports!r} holds JSON lines: give the campaign's "
+                                   "plan with --plan PLAN.json")
+        if args.campaign is not None:
+            raise DPMarginalsError("--campaign applies to Parquet directories only")
+        campaign_dir: Any = args.reports
+    else:
+        campaign_dir = args.reports if remote else resolve_campaign(args.reports,
+                                                                    args.campaign)
     if args.plan is not None:
         plan = Plan.load(args.plan)
     else:

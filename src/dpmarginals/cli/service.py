@@ -4,14 +4,17 @@
 :class:`~dpmarginals.core.errors.DPMarginalsError` (one line from the CLI).  Run stand-alone as
 ``python -m dpmarginals.cli.service serve ...`` (the tests do).
 
-A new user's session::
+A new user's session (tokens come from a file or the environment, never the command line,
+where every local user could read them in /proc)::
 
-    dpmarginals serve --db adult.db --admin-token secret          # terminal 1
-    dpmarginals campaign create --server http://127.0.0.1:8000 --token secret \\
+    export DPMARGINALS_ADMIN_TOKEN=$(python -c 'import secrets; print(secrets.token_hex(16))')
+    dpmarginals serve --db adult.db                                # terminal 1
+    dpmarginals campaign create --server http://127.0.0.1:8000 \\
         --id adult --domain adult-domain.json --epsilon 1 --k 2 --n 48842
     dpmarginals client --server http://127.0.0.1:8000 --campaign adult --data adult.csv.gz \\
         --max-epsilon 1
-    curl 'http://127.0.0.1:8000/campaigns/adult/marginals?attributes=age,sex'
+    curl -H "Authorization: Bearer $DPMARGINALS_ADMIN_TOKEN" \\
+        'http://127.0.0.1:8000/campaigns/adult/marginals?attributes=age,sex'
 """
 
 from __future__ import annotations
@@ -20,7 +23,10 @@ import argparse
 import json
 import os
 import socket
+import stat
 import sys
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from ..core.errors import DPMarginalsError
@@ -30,6 +36,41 @@ from .argtypes import positive_int as _positive_int
 __all__ = ["register"]
 
 TOKEN_ENV = "DPMARGINALS_ADMIN_TOKEN"
+ANALYST_ENV = "DPMARGINALS_ANALYST_TOKEN"
+_ON_ARGV = ("a token on the command line is visible to every local user (ps, /proc); give "
+            "{file} FILE (a file only you can read) or ${env}")
+
+
+def _refuse_argv_token(flag: str, file_flag: str, env: str) -> Any:
+    """An argparse type that refuses a token given on the command line, in one line."""
+    def refuse(_: str) -> str:
+        raise argparse.ArgumentTypeError(_ON_ARGV.format(file=file_flag, env=env))
+
+    refuse.__name__ = flag
+    return refuse
+
+
+def read_token_file(path: str) -> str:
+    """The token in ``path`` (surrounding whitespace removed); a warning on stderr if other
+    users may read the file."""
+    try:
+        mode = os.stat(path).st_mode
+        text = Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DPMarginalsError(f"cannot read the token file {path!r}: "
+                               f"{getattr(exc, 'strerror', None) or exc}") from None
+    if not text or "\n" in text:
+        raise DPMarginalsError(f"the token file {path!r} must hold one token on one line")
+    if mode & (stat.S_IRGRP | stat.S_IROTH):
+        print(f"warning: the token file {path} is readable by other users "
+              f"(chmod 600 {path})", file=sys.stderr)
+    return text
+
+
+def _token_from(file: str | None, env: str) -> str | None:
+    if file is not None:
+        return read_token_file(file)
+    return os.environ.get(env) or None
 
 
 def _port(text: str) -> int:
@@ -66,16 +107,27 @@ def _check_address(host: str, port: int) -> None:
                                    f"{exc.strerror or exc}") from None
 
 
+def _rate(value: float | None) -> float | None:
+    return None if value is None or value == 0 else value
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     _need_service()
-    import uvicorn
+    from ..service.app import Limits, create_app
+    from ..service.serving import Timeouts, run
 
-    from ..service.app import create_app
-
+    timeouts = Timeouts(header=args.header_timeout, keep_alive=args.keep_alive_timeout,
+                        body=args.body_timeout, max_connections=args.max_connections)
+    limits = Limits(requests_per_second=_rate(args.rate_limit), request_burst=args.rate_burst,
+                    tickets_per_second=_rate(args.ticket_rate), ticket_burst=args.ticket_burst,
+                    max_body_bytes=int(args.max_body_mb * (1 << 20)),
+                    body_timeout=args.body_timeout, forwarded=args.forwarded)
     _check_address(args.host, args.port)
-    generated = not (args.admin_token or os.environ.get(TOKEN_ENV))
-    app = create_app(args.db, admin_token=args.admin_token, synchronous=args.sync,
-                     max_body_bytes=int(args.max_body_mb * (1 << 20)))
+    admin = _token_from(args.admin_token_file, TOKEN_ENV)
+    analyst = _token_from(args.analyst_token_file, ANALYST_ENV)
+    generated = admin is None
+    app = create_app(args.db, admin_token=admin, analyst_token=analyst, synchronous=args.sync,
+                     limits=limits, release_processes=args.release_processes)
     store = app.state.store
     where = getattr(store, "path", None) or "PostgreSQL"
     url = f"http://{args.host}:{args.port}"
@@ -84,11 +136,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
           file=sys.stderr)
     if generated:
         print(f"admin token: {app.state.admin_token} (generated; choose one with "
-              f"--admin-token or ${TOKEN_ENV})", file=sys.stderr)
+              f"--admin-token-file FILE or ${TOKEN_ENV})", file=sys.stderr)
     print(f"API documentation: {url}/docs   OpenAPI schema: {url}/openapi.json",
           file=sys.stderr, flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
-                access_log=False, server_header=False)
+    run(app, args.host, args.port, timeouts=timeouts, log_level=args.log_level)
     return 0
 
 
@@ -131,7 +182,8 @@ def _service_client(args: argparse.Namespace) -> Any:
 
     if args.campaign is None:
         raise DPMarginalsError("--campaign ID is required with --server")
-    client = ServiceClient(args.server, args.campaign, timeout=args.timeout)
+    client = ServiceClient(args.server, args.campaign, timeout=args.timeout,
+                           retries=args.retries)
     try:
         plan = check_plan(client.plan(), args.max_epsilon)
         if args.plan is not None and check_plan(args.plan, args.max_epsilon).hash != plan.hash:
@@ -188,10 +240,47 @@ def _client_device(args: argparse.Namespace) -> int:
 
 # -- campaign -----------------------------------------------------------------------------
 def _token(args: argparse.Namespace) -> str:
-    token = args.token or os.environ.get(TOKEN_ENV)
+    token = _token_from(args.token_file, TOKEN_ENV)
     if not token:
-        raise DPMarginalsError(f"the admin token is needed: --token or ${TOKEN_ENV}")
+        raise DPMarginalsError(f"the admin token is needed: --token-file FILE or ${TOKEN_ENV}")
     return token
+
+
+def _reader_token(args: argparse.Namespace) -> str | None:
+    """For status: the token file, else $DPMARGINALS_ANALYST_TOKEN, else the admin's."""
+    if args.token_file is not None:
+        return read_token_file(args.token_file)
+    return os.environ.get(ANALYST_ENV) or os.environ.get(TOKEN_ENV) or None
+
+
+def _when(text: str) -> float:
+    """A Unix time from ``2025-12-31``, ``2025-12-31T18:00:00+00:00`` or seconds."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an ISO date/time or Unix seconds, got "
+                                         f"{text!r}") from None
+    if moment.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"give the time zone of {text!r} (e.g. "
+                                         f"{text}+00:00)")
+    return moment.timestamp()
+
+
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in ("min_reports", "expires_at", "refresh_seconds", "tickets",
+                 "status_granularity"):
+        if getattr(args, name) is not None:
+            out[name] = getattr(args, name)
+    if args.public:
+        out["public"] = True
+    if args.keep_flagged:
+        out["exclude_flagged"] = False
+    return out
 
 
 def _build_plan(args: argparse.Namespace) -> Any:
@@ -204,14 +293,9 @@ def _build_plan(args: argparse.Namespace) -> Any:
     missing = [f"--{f}" for f in ("domain", "epsilon", "k", "n") if getattr(args, f) is None]
     if missing:
         raise DPMarginalsError(f"to build a plan give {', '.join(missing)} (or --plan FILE)")
-    from ..core.domain import Domain
-    from ..methods import make
+    from .plans import build_plan
 
-    params: dict[str, Any] = {"epsilon": args.epsilon, "k": args.k}
-    if args.oracle is not None:
-        params["oracle"] = args.oracle
-    method = make(args.method, **params)
-    return method.plan(Domain.load(args.domain), args.n)
+    return build_plan(args.method, args.domain, args.epsilon, args.k, args.n, args.oracle)
 
 
 def _cmd_campaign_create(args: argparse.Namespace) -> int:
@@ -221,22 +305,26 @@ def _cmd_campaign_create(args: argparse.Namespace) -> int:
     if args.save_plan is not None:
         plan.save(args.save_plan)
     with ServiceClient(args.server, args.id, token=_token(args)) as client:
-        out = client.create_campaign(plan)
+        out = client.create_campaign(plan, _settings(args))
+    from .plans import describe_plan
+
     verb = "created" if out.get("created") else "found existing"
-    print(f"{verb} campaign {args.id!r}: {plan.method}, epsilon={plan.epsilon}, "
-          f"{plan.m} groups, plan hash {plan.hash}")
+    print(f"{verb} campaign {args.id!r}: {describe_plan(plan)}")
     return 0
 
 
 def _cmd_campaign_status(args: argparse.Namespace) -> int:
     from ..protocol.client import ServiceClient
 
-    with ServiceClient(args.server, args.id) as client:
+    with ServiceClient(args.server, args.id, token=_reader_token(args)) as client:
         status = client.status()
     if args.json:
         print(json.dumps(status))
         return 0
-    print(f"campaign {args.id!r}: {status['reports']:,} reports, plan {status['plan_hash'][:12]}")
+    print(f"campaign {args.id!r} ({status.get('state', 'open')}): {status['reports']:,} "
+          f"reports, plan {status['plan_hash'][:12]}"
+          + (f"; per group in steps of {status['granularity']}"
+             if status.get("granularity", 1) > 1 else ""))
     for g in status["groups"]:
         print(f"  group {g['group']:>3}  {','.join(g['attributes']):<40} {g['oracle']:>4}  "
               f"{g['reports']:>9,}")
@@ -267,6 +355,22 @@ def _cmd_campaign_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_campaign_close(args: argparse.Namespace) -> int:
+    from ..protocol.client import ServiceClient
+
+    with ServiceClient(args.server, args.id, token=_token(args)) as client:
+        client.close_campaign()
+    print(f"closed campaign {args.id!r}: no more assignments or reports")
+    return 0
+
+
+def _add_token_file(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--token-file", default=None, metavar="FILE",
+                        help=f"file holding the {what} (default ${TOKEN_ENV})")
+    parser.add_argument("--token", type=_refuse_argv_token("token", "--token-file", TOKEN_ENV),
+                        default=None, help=argparse.SUPPRESS)
+
+
 # -- registration -------------------------------------------------------------------------
 def register(subparsers: Any) -> None:
     """Add ``serve``, ``client`` and ``campaign`` to the CLI's subparsers."""
@@ -280,14 +384,42 @@ def register(subparsers: Any) -> None:
                    help="SQLite file (default ./dpmarginals.db) or postgresql://user@host/db")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=_port, default=8000, help="port (default 8000)")
-    p.add_argument("--admin-token", default=None,
-                   help=f"token for the admin endpoints (default ${TOKEN_ENV}, else random "
-                   "and printed)")
+    p.add_argument("--admin-token-file", default=None, metavar="FILE",
+                   help=f"file holding the token for the admin endpoints (default "
+                   f"${TOKEN_ENV}, else random and printed)")
+    p.add_argument("--analyst-token-file", default=None, metavar="FILE",
+                   help=f"file holding the token that reads status and marginals of campaigns "
+                   f"that are not public (default ${ANALYST_ENV}; the admin token works too)")
+    p.add_argument("--admin-token", default=None, help=argparse.SUPPRESS,
+                   type=_refuse_argv_token("admin-token", "--admin-token-file", TOKEN_ENV))
     p.add_argument("--sync", choices=("full", "normal"), default="full",
                    help="SQLite synchronous mode: full (default; an acknowledged report "
                    "survives power loss) or normal (survives a crash of the process)")
     p.add_argument("--max-body-mb", type=float, default=8.0,
                    help="largest request body in MiB (default 8)")
+    p.add_argument("--header-timeout", type=float, default=10.0, metavar="S",
+                   help="seconds a connection has to send a request's headers (default 10)")
+    p.add_argument("--keep-alive-timeout", type=float, default=5.0, metavar="S",
+                   help="seconds an idle keep-alive connection stays open (default 5)")
+    p.add_argument("--body-timeout", type=float, default=60.0, metavar="S",
+                   help="seconds a request has to send its body (default 60)")
+    p.add_argument("--max-connections", type=_positive_int, default=1000,
+                   help="concurrent connections; more are closed at once (default 1000)")
+    p.add_argument("--rate-limit", type=float, default=500.0, metavar="PER_S",
+                   help="client requests per second per source (default 500; 0: no limit)")
+    p.add_argument("--rate-burst", type=float, default=2000.0,
+                   help="requests a source may save up (default 2000)")
+    p.add_argument("--ticket-rate", type=float, default=2000.0, metavar="PER_S",
+                   help="tickets (assigned users) per second per source (default 2000; 0: no "
+                   "limit); a deployment with one device per address sets this low")
+    p.add_argument("--ticket-burst", type=float, default=100_000.0,
+                   help="tickets a source may save up (default 100000)")
+    p.add_argument("--release-processes", type=int, choices=(0, 1), default=1,
+                   help="compute releases in a separate process (1, the default: the server's "
+                   "requests never wait for its Python) or in a thread of the server (0)")
+    p.add_argument("--forwarded", action="store_true",
+                   help="count sources by the last X-Forwarded-For address (only behind a "
+                   "proxy that sets it)")
     p.add_argument("--log-level", default="warning",
                    choices=("critical", "error", "warning", "info", "debug"))
     p.set_defaults(func=_cmd_serve)
@@ -324,6 +456,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--limit", type=_positive_int, default=None, help="only the first N rows")
     p.add_argument("--save-reports", default=None, help="also write the reports (JSON lines)")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds per request")
+    p.add_argument("--retries", type=int, default=3,
+                   help="retries of a request on a lost connection or a 502-504 (default 3)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_cmd_client)
 
@@ -337,7 +471,7 @@ def register(subparsers: Any) -> None:
                            "with --method (default calm) from --domain, --epsilon, --k, --n.")
     a.add_argument("--server", required=True, help="the aggregator's URL")
     a.add_argument("--id", required=True, help="campaign id (letters, digits, _ . -)")
-    a.add_argument("--token", default=None, help=f"admin token (default ${TOKEN_ENV})")
+    _add_token_file(a, "admin token")
     a.add_argument("--plan", default=None, help="plan JSON file")
     a.add_argument("--domain", default=None, help="domain JSON ({\"attr\": size})")
     a.add_argument("--epsilon", type=_epsilon, default=None, help="privacy budget")
@@ -346,18 +480,47 @@ def register(subparsers: Any) -> None:
     a.add_argument("--method", default="calm", help="method building the plan (default calm)")
     a.add_argument("--oracle", default=None, help="CALM's oracle choice (default adaptive)")
     a.add_argument("--save-plan", default=None, help="also write the plan JSON here")
+    s = a.add_argument_group("settings (docs/deployment.md)")
+    s.add_argument("--public", action="store_true",
+                   help="status and marginals readable without a token")
+    s.add_argument("--min-reports", type=int, default=None, metavar="N",
+                   help="release nothing before N reports (default 0)")
+    s.add_argument("--expires", dest="expires_at", type=_when, default=None, metavar="WHEN",
+                   help="close the campaign at this time (ISO 8601 with a time zone, or Unix "
+                   "seconds)")
+    s.add_argument("--refresh-seconds", type=float, default=None, metavar="S",
+                   help="recompute the release at most every S seconds (default 10; 0: after "
+                   "every change)")
+    s.add_argument("--tickets", choices=("assigned", "any", "off"), default=None,
+                   help="each report needs a single-use ticket from /assignment, bound to "
+                   "its group (assigned, the default), to no group (any: devices choose "
+                   "their group), or no tickets (off)")
+    s.add_argument("--keep-flagged", action="store_true",
+                   help="release groups the poisoning check flags instead of leaving them out")
+    s.add_argument("--status-granularity", type=int, default=None, metavar="N",
+                   help="round per-group counts in /status down to multiples of N (default "
+                   "100; 1: exact)")
     a.set_defaults(func=_cmd_campaign_create)
 
     a = actions.add_parser("status", help="reports per group")
     a.add_argument("--server", required=True, help="the aggregator's URL")
     a.add_argument("--id", required=True, help="campaign id")
+    a.add_argument("--token-file", default=None, metavar="FILE",
+                   help=f"file holding the analyst or admin token (default ${ANALYST_ENV}, "
+                   f"else ${TOKEN_ENV}; a public campaign needs none)")
     a.add_argument("--json", action="store_true", help="print the JSON status")
     a.set_defaults(func=_cmd_campaign_status)
 
-    a = actions.add_parser("export", help="download every stored report (admin)")
+    a = actions.add_parser("close", help="close a campaign: no more assignments or reports")
     a.add_argument("--server", required=True, help="the aggregator's URL")
     a.add_argument("--id", required=True, help="campaign id")
-    a.add_argument("--token", default=None, help=f"admin token (default ${TOKEN_ENV})")
+    _add_token_file(a, "admin token")
+    a.set_defaults(func=_cmd_campaign_close)
+
+    a = actions.add_parser("export", help="download a snapshot of the stored reports (admin)")
+    a.add_argument("--server", required=True, help="the aggregator's URL")
+    a.add_argument("--id", required=True, help="campaign id")
+    _add_token_file(a, "admin token")
     a.add_argument("--out", default=None, help="JSON-lines file to write")
     a.add_argument("--parquet", default=None, metavar="ROOT",
                    help="write the Parquet report layout under ROOT instead "

@@ -13,7 +13,9 @@ of three engines that return *identical* count tensors (tests check equality wit
   one machine cannot hold; the ``spark`` extra (``pip install dpmarginals[spark]``).
 
 Reports live in the Parquet layout of :mod:`.parquet` (``campaign=<id>/group=<g>/``);
-:func:`.parquet.write_reports` and :func:`.parquet.export_reports` write it.
+:func:`.parquet.write_reports` and :func:`.parquet.export_reports` write it.  A JSON-lines
+file of reports (what the client and ``campaign export --out`` write, :mod:`.jsonl`) is
+counted by the numpy engine.
 
 >>> import tempfile
 >>> from dpmarginals.core.domain import Domain
@@ -66,7 +68,8 @@ def count_supports(
 
     ``reports``: a directory of the Parquet layout (the root holding ``campaign=<id>``
     directories -- name the campaign if there are several -- or a campaign directory), or,
-    for the numpy engine, native report arrays (one per group, or ``{group: array}``).
+    for the numpy engine, a JSON-lines file of reports or native report arrays (one per
+    group, or ``{group: array}``).
     ``threads`` caps DuckDB's worker threads; ``spark`` is the SparkSession to use
     (default: the active one, else a local one).  The result feeds
     :func:`dpmarginals.local.collect.estimate_views` directly.
@@ -79,6 +82,13 @@ def count_supports(
         from .numpy_engine import count_arrays
 
         return count_arrays(plan, reports)
+    from .jsonl import count_jsonl, is_jsonl
+
+    if is_jsonl(reports):
+        if engine != "numpy":
+            raise DPMarginalsError(f"{str(reports)!r} is a JSON-lines file: the numpy engine "
+                                   f"counts it (the {engine} engine reads Parquet)")
+        return count_jsonl(plan, reports)
     if engine == "spark":
         from .spark_engine import SparkEngine
 

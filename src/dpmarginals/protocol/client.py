@@ -10,11 +10,13 @@ can ship inside an app.  The flow of one user:
    plan's epsilon is within the cap, each group's oracle (or report format) is one the
    client knows and its ``cells`` is the marginal's size.  A refusal is a
    :class:`PlanRefused`, raised before any random draw;
-3. take the group the server assigns (``ServiceClient.assignment()``) or pick one
-   uniformly with OS entropy (:func:`choose_group`);
+3. take the group the server assigns (``ServiceClient.assignment()``, which also keeps the
+   single-use ticket that comes with it) or pick one uniformly with OS entropy
+   (:func:`choose_group`);
 4. :func:`make_report`: project the record onto the group's marginal and randomize the
    cell with the group's frequency oracle, drawing from the OS CSPRNG;
-5. ``ServiceClient.send(report)``.  Only the report leaves the device.
+5. ``ServiceClient.send(report)``, which attaches the assignment's ticket (the service
+   admits one report per ticket).  Only the report and its ticket leave the device.
 
 With a :class:`~dpmarginals.protocol.ledger.Ledger` (``ServiceClient.submit(..., ledger=...)``
 or ``make_report(..., ledger=..., campaign=...)``) the device reports once per campaign,
@@ -86,7 +88,8 @@ __all__ = [
 DEFAULT_TIMEOUT = 30.0
 EPSILON_CEILING = 20.0
 """No plan may spend more per report, whatever the device's cap (e^20 is about 5e8)."""
-_RETRY_STATUSES = frozenset({502, 503, 504})
+_RETRY_STATUSES = frozenset({429, 502, 503, 504})
+_MAX_RETRY_AFTER = 60.0
 _PLAN_KEYS = frozenset({"format", "version", "method", "epsilon", "domain", "groups", "params",
                         "hash"})
 _GROUP_KEYS = frozenset({"attributes", "oracle", "epsilon", "cells"})
@@ -536,9 +539,15 @@ class ServiceError(DPMarginalsError):
 class ServiceClient:
     """A connection to one campaign of a ``dpmarginals serve`` aggregator.
 
-    Keeps one HTTP/1.1 connection open.  Posts are retried on a lost connection or a 502-504
-    answer (up to ``retries`` times); the report ids make that safe: a retried batch that
-    the service had already stored comes back as all duplicates, which counts as success.
+    Keeps one HTTP/1.1 connection open.  Requests are retried on a lost connection or a
+    429 or 502-504 answer (up to ``retries`` times, after the answer's ``Retry-After`` when
+    it says, up to a minute); the report ids make that safe: a retried batch that the
+    service had already stored comes back as all duplicates, which counts as success.
+
+    Tickets: :meth:`assignment` keeps the single-use ticket of each group it is handed;
+    :meth:`send` and :meth:`send_batch` attach one to each report that has none (one of
+    its group's, else any kept one, which a campaign whose tickets are not bound to groups
+    accepts).  A campaign without tickets gets reports without them.
     """
 
     def __init__(self, server: str, campaign: str, *, token: str | None = None,
@@ -555,6 +564,8 @@ class ServiceClient:
         self._base = parts.path.rstrip("/")
         self._conn: http.client.HTTPConnection | None = None
         self._plan: Plan | None = None
+        self._tickets: dict[int, list[str]] = {}
+        self.last_headers: dict[str, str] = {}
 
     # -- plumbing ------------------------------------------------------------------------
     def close(self) -> None:
@@ -588,25 +599,30 @@ class ServiceClient:
             headers["Content-Type"] = "application/json"
         if admin:
             if not self.token:
-                raise DPMarginalsError("this request needs the admin token (--token or "
+                raise DPMarginalsError("this request needs the admin token (--token-file or "
                                        "DPMARGINALS_ADMIN_TOKEN)")
             headers["Authorization"] = f"Bearer {self.token}"
         last: Exception | None = None
+        wait = 0.0
         for attempt in range(self.retries + 1):
             if attempt:
-                time.sleep(min(0.2 * 2 ** (attempt - 1), 2.0))
+                time.sleep(wait or min(0.2 * 2 ** (attempt - 1), 2.0))
+                wait = 0.0
             try:
                 conn = self._connection()
                 conn.request(method, path, body=data, headers=headers)
                 resp = conn.getresponse()
                 payload = resp.read()
+                self.last_headers = {k.lower(): v for k, v in resp.getheaders()}
             except (OSError, http.client.HTTPException) as exc:
                 self.close()
                 last = exc
                 continue
             if resp.status in _RETRY_STATUSES and attempt < self.retries:
                 last = ServiceError(resp.status, "unavailable", payload[:200].decode("latin-1"))
-                continue
+                wait = _retry_after(self.last_headers.get("retry-after"))
+                if wait <= _MAX_RETRY_AFTER:  # (429: too many requests; 503: busy)
+                    continue
             text = payload.decode("utf-8", "replace")
             if raw and resp.status < 400:
                 return resp.status, text
@@ -649,7 +665,8 @@ class ServiceClient:
         return self._plan
 
     def assignment(self, count: int | None = None) -> int | list[int]:
-        """The group the service assigns to this user (``count`` users: a list)."""
+        """The group the service assigns to this user (``count`` users: a list); the
+        tickets that come with them are kept for :meth:`send` and :meth:`send_batch`."""
         query = None if count is None else {"count": int(count)}
         _, body = self.request("GET", self._path("/assignment", query))
         key = "group" if count is None else "groups"
@@ -661,17 +678,47 @@ class ServiceClient:
             raise ServiceError(200, "bad_assignment", f"the server's assignment is not "
                                f"{'an integer group' if count is None else f'{count} groups'}: "
                                f"{str(body)[:200]}", body)
+        tickets = body.get("ticket" if count is None else "tickets")
+        if tickets is not None:
+            tickets = [tickets] if count is None else tickets
+            if not isinstance(tickets, list) or len(tickets) != len(groups) or not all(
+                    isinstance(t, str) and len(t) <= 256 for t in tickets):
+                raise ServiceError(200, "bad_assignment", f"the server's tickets are not "
+                                   f"{len(groups)} strings: {str(tickets)[:200]}", body)
+            for g, ticket in zip(groups, tickets, strict=True):
+                self._tickets.setdefault(g, []).append(ticket)
         return groups[0] if count is None else groups
 
+    def _take_ticket(self, group: object) -> str | None:
+        """A kept ticket for ``group`` (else any kept one), or None."""
+        pool = self._tickets.get(group) if isinstance(group, int) else None
+        if not pool:
+            pool = next((p for p in self._tickets.values() if p), None)
+        return pool.pop() if pool else None
+
+    def _ticketed(self, report: Mapping[str, Any]) -> dict[str, Any]:
+        out = dict(report)
+        if "ticket" not in out:
+            ticket = self._take_ticket(out.get("group"))
+            if ticket is not None:
+                out["ticket"] = ticket
+        return out
+
+    def with_tickets(self, reports: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Copies of ``reports``, each given a kept ticket if it has none (to keep a report
+        with its ticket, e.g. in an outbox for a later retry)."""
+        return [self._ticketed(r) for r in reports]
+
     def send(self, report: Mapping[str, Any]) -> dict[str, Any]:
-        """Post one report; returns the service's acknowledgement."""
-        return self.request("POST", self._path("/reports"), dict(report))[1]
+        """Post one report (with a kept ticket); returns the service's acknowledgement."""
+        return self.request("POST", self._path("/reports"), self._ticketed(report))[1]
 
     def send_batch(self, reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        """Post reports in batches of at most 10,000 (each batch stored atomically)."""
+        """Post reports (each with a kept ticket) in batches of at most 10,000 (each batch
+        stored atomically)."""
         accepted = stored = 0
         for start in range(0, len(reports), MAX_BATCH_REPORTS):
-            chunk = [dict(r) for r in reports[start : start + MAX_BATCH_REPORTS]]
+            chunk = [self._ticketed(r) for r in reports[start : start + MAX_BATCH_REPORTS]]
             body = self.request("POST", self._path("/reports/batch"), {"reports": chunk})[1]
             accepted += int(body.get("accepted", 0))
             stored += int(body.get("already_stored", 0))
@@ -686,8 +733,11 @@ class ServiceClient:
         before anything else.  ``group`` (else the service's assignment, or with
         ``assign="local"`` a uniform draw on the device).  With a ``ledger``: a campaign
         already reported sends its stored report again (a duplicate answer counts as
-        stored); a plan this device already reported under keeps its group (no assignment
-        is asked); see :func:`make_report` for the memoized randomization and the budget.
+        stored); a plan this device already reported under keeps its group (the
+        assignment is asked only for its ticket and its group ignored, so a campaign whose
+        tickets are bound to groups may refuse the report); see :func:`make_report` for
+        the memoized randomization and the budget.  Every fresh report asks the service
+        for an assignment: its single-use ticket goes with the report.
         """
         if assign not in ("server", "local"):
             raise DPMarginalsError(f"assign must be 'server' or 'local', got {assign!r}")
@@ -698,11 +748,13 @@ class ServiceClient:
             if stored is not None:
                 self._deliver(stored)
                 return stored
-        if group is None and assign == "server" and (
-                ledger is None or ledger.group_of(plan.hash) is None):
-            if ledger is not None:
+        if group is None:
+            kept = None if ledger is None else ledger.group_of(plan.hash)
+            if ledger is not None and kept is None:
                 ledger.check_budget(plan.epsilon)  # refuse before asking for a group
-            group = self.assignment()  # type: ignore[assignment]
+            assigned = self.assignment()  # its ticket is kept for the send
+            if assign == "server" and kept is None:
+                group = assigned  # type: ignore[assignment]
         report = make_report(plan, record, max_epsilon=max_epsilon, group=group,
                              ledger=ledger, campaign=key)
         self._deliver(report)
@@ -718,22 +770,47 @@ class ServiceClient:
             raise
 
     def status(self) -> dict[str, Any]:
-        return self.request("GET", self._path("/status"))[1]
+        """The campaign's status (with the token, if this client has one: analyst or
+        admin; a public campaign needs none)."""
+        return self.request("GET", self._path("/status"), admin=bool(self.token))[1]
 
     def marginal(self, attributes: Sequence[str]) -> dict[str, Any]:
+        """A marginal of the campaign's current release (token as for :meth:`status`)."""
         query = {"attributes": ",".join(attributes)}
-        return self.request("GET", self._path("/marginals", query))[1]
+        return self.request("GET", self._path("/marginals", query), admin=bool(self.token))[1]
+
+    def close_campaign(self) -> dict[str, Any]:
+        """Close the campaign: no more assignments or reports (admin token)."""
+        return self.request("POST", self._path("/close"), admin=True)[1]
 
     # -- admin ---------------------------------------------------------------------------
-    def create_campaign(self, plan: Plan) -> dict[str, Any]:
-        """Create this campaign from ``plan`` (admin token)."""
-        body = {"id": self.campaign, "plan": plan.to_dict()}
+    def create_campaign(self, plan: Plan, settings: Mapping[str, Any] | None = None
+                        ) -> dict[str, Any]:
+        """Create this campaign from ``plan`` and optional ``settings`` (admin token)."""
+        body: dict[str, Any] = {"id": self.campaign, "plan": plan.to_dict()}
+        if settings:
+            body["settings"] = dict(settings)
         return self.request("POST", f"{self._base}/campaigns", body, admin=True)[1]
 
     def export_reports(self) -> list[dict[str, Any]]:
-        """Every stored report of the campaign (admin token)."""
+        """A snapshot of the campaign's stored reports (admin token); its count is checked
+        against the service's ``X-Report-Count``."""
         _, text = self.request("GET", self._path("/reports"), admin=True, raw=True)
-        return [json.loads(line) for line in io.StringIO(text) if line.strip()]
+        reports = [json.loads(line) for line in io.StringIO(text) if line.strip()]
+        stated = self.last_headers.get("x-report-count")
+        if stated is not None and stated.isdigit() and int(stated) != len(reports):
+            raise DPMarginalsError(f"the export was cut short: {len(reports):,} of "
+                                   f"{int(stated):,} reports arrived")
+        return reports
+
+
+def _retry_after(value: str | None) -> float:
+    """Seconds of a ``Retry-After`` header (0 when absent or not a number of seconds)."""
+    try:
+        seconds = float(value) if value is not None else 0.0
+    except ValueError:
+        return 0.0
+    return seconds if math.isfinite(seconds) and seconds >= 0 else 0.0
 
 
 def _count(body: Any) -> int:
@@ -778,8 +855,8 @@ def play(
     try:
         for part in _chunks(arr.shape[0], min(batch, MAX_BATCH_REPORTS)):
             rows = arr[part]
-            groups = (np.asarray(client.assignment(count=len(rows)), dtype=np.int64)
-                      if assign == "server" else None)
+            assigned = np.asarray(client.assignment(count=len(rows)), dtype=np.int64)
+            groups = assigned if assign == "server" else None
             reports = _make_reports(plan, rows, groups=groups, rng=rng)
             if batch == 1:
                 for report in reports:

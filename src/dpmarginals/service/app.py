@@ -1,9 +1,9 @@
 """The aggregator's HTTP API (FastAPI): campaigns, plans, assignments, reports, answers.
 
 ``create_app(store, admin_token=...)`` returns the ASGI app; ``dpmarginals serve`` runs it
-with uvicorn.  Endpoints (all JSON; errors are ``{"error": code, "reason": text}``):
+with uvicorn (:mod:`.serving`).  Endpoints (all JSON; every error is
+``{"error": code, "reason": text}``, :mod:`.errors`):
 
-=======  ==================================  =====  =========================================
 method   path                                admin  what
 =======  ==================================  =====  =========================================
 GET      /health                                    liveness and the store's kind
@@ -18,25 +18,46 @@ GET      /campaigns/{id}/marginals                  ``?attributes=a,b[&std=true]
 GET      /ui                                        the analyst's web page (:mod:`.web`)
 GET      /campaigns/{id}/reports             yes    every stored report (JSON lines)
 =======  ==================================  =====  =========================================
+=======
+=======  ==================================  ========  =====================================
+method   path                                token     what
+=======  ==================================  ========  =====================================
+GET      /health                                       liveness and the store's kind
+POST     /campaigns                          admin     create ``{"id", "plan", "settings"}``
+GET      /campaigns                          analyst   the campaigns (without: public ones)
+POST     /campaigns/{id}/close               admin     no more assignments or reports
+GET      /campaigns/{id}/plan                          the public plan (with its hash)
+GET      /campaigns/{id}/assignment                    a group and its single-use ticket
+                                                       (``?count=`` for many)
+POST     /campaigns/{id}/reports                       one report (with its ticket)
+POST     /campaigns/{id}/reports/batch                 ``{"reports": [...]}``, atomically
+GET      /campaigns/{id}/status              analyst*  reports, state, the last release
+GET      /campaigns/{id}/marginals           analyst*  ``?attributes=a,b[&format=csv]``
+GET      /campaigns/{id}/reports             admin     a snapshot of the stored reports
+=======  ==================================  ========  =====================================
 
-A report is acknowledged (201) only after its transaction has committed.  A rejected
-report or batch (4xx, with the reason and the index of the first bad report) changes
-nothing.  Request bodies are limited (``max_body_bytes``, 413 beyond).
+(*) not needed for a campaign whose settings make it public.  The admin token also
+serves as an analyst token.  A report is acknowledged (201) only after its transaction
+has committed; a rejected report or batch (4xx, with the reason and the index of the
+first bad report) changes nothing.  Reads answer from the campaign's cached release
+(:mod:`.releases`).  Request bodies are limited in size, buffered bytes and time
+(:mod:`.limits`); requests and tickets are rate-limited per source (429).
 """
 
 # No "from __future__ import annotations": FastAPI reads the endpoints' annotations.  FastAPI
 # itself is imported in create_app, so this module imports (and its doctests collect)
 # without the service extra.
+import copy
 import hmac
 import json
 import math
 import os
 import re
 import secrets
-import sqlite3
 import threading
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import ExitStack, asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Annotated, Any, Literal
@@ -45,72 +66,72 @@ import numpy as np
 
 from .. import __version__
 from ..core.errors import DPMarginalsError
-from ..protocol.plan import Plan
 from ..protocol.reports import BATCH_SCHEMA, MAX_BATCH_REPORTS, REPORT_SCHEMA, ReportError
-from . import answer_domain, synopsis_from_counts
-from .store import Campaign, Store, StoreError, open_store
+from . import answer_domain
+from .admission import PlanRejected, admit_plan, check_structure
+from .errors import ServiceError, add_error_handlers, responses
+from .limits import BodyReader, RateLimiter, source_of
+from .releases import Release, Releases, marginal_answer
+from .settings import CampaignSettings
+from .store import Campaign, Store, open_store
+from .tickets import TicketMint
 from .web import add_web_page
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "ServiceError", "create_app"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "Limits", "ServiceError", "create_app"]
 
 DEFAULT_MAX_BODY_BYTES = 8 << 20
 CAMPAIGN_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
 MAX_ASSIGNMENTS = MAX_BATCH_REPORTS
 MAX_QUERY_LENGTH = 4096
-MAX_ANSWER_CELLS = 1 << 20
+MAX_ANSWER_CELLS = 1 << 18
+_ANSWER_WAIT = 30.0  # seconds a read waits for another uncached answer being made
 
-ERROR_SCHEMA: dict[str, Any] = {
-    "title": "Error",
-    "type": "object",
-    "required": ["error", "reason"],
-    "properties": {
-        "error": {"type": "string", "description": "a machine-readable code"},
-        "reason": {"type": "string", "description": "what was wrong, for a person"},
-        "index": {"type": "integer", "description": "position of the bad report in a batch"},
-        "duplicates": {"type": "array", "items": {"type": "integer"},
-                       "description": "positions of already-received report ids"},
-    },
-}
-PLAN_SCHEMA: dict[str, Any] = {
-    "title": "Plan",
-    "type": "object",
-    "description": "A dpmarginals plan (Plan.to_dict(); see docs/deployment.md).",
-    "required": ["method", "epsilon", "domain", "groups"],
-    "properties": {
-        "format": {"type": "string"},
-        "version": {"type": "integer"},
-        "method": {"type": "string"},
-        "epsilon": {"type": "number"},
-        "domain": {"type": "object", "additionalProperties": {"type": "integer"}},
-        "groups": {"type": "array", "items": {
-            "type": "object", "required": ["attributes", "oracle", "epsilon", "cells"],
-            "properties": {"attributes": {"type": "array", "items": {"type": "string"}},
-                           "oracle": {"type": "string"}, "epsilon": {"type": "number"},
-                           "cells": {"type": "integer"}}}},
-        "params": {"type": "object"},
-        "hash": {"type": "string"},
-    },
-}
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-source rates (token buckets; None: no limit) and the body bounds.
+
+    ``requests_per_second``/``request_burst``: client requests (plan, assignment,
+    reports); ``tickets_per_second``/``ticket_burst``: tickets handed out (one per
+    assigned user).  The defaults let one machine play a data set of 100,000 users
+    (tests, demos); a deployment where each source is one device sets them near one
+    ticket per device (docs/deployment.md).  ``forwarded``: count sources by the last
+    ``X-Forwarded-For`` address (only behind a proxy that sets it).
+    """
+
+    requests_per_second: float | None = 500.0
+    request_burst: float = 2000.0
+    tickets_per_second: float | None = 2000.0
+    ticket_burst: float = 100_000.0
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_buffered_bytes: int | None = None
+    body_timeout: float = 60.0
+    forwarded: bool = False
+
+
+def _ticketed(schema: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(schema)
+    out["properties"]["ticket"] = {"type": "string", "description": "the single-use ticket "
+                                   "of the report's assignment (GET /assignment)"}
+    return out
+
+
+TICKETED_REPORT_SCHEMA = _ticketed(REPORT_SCHEMA)
+TICKETED_BATCH_SCHEMA = copy.deepcopy(BATCH_SCHEMA)
+TICKETED_BATCH_SCHEMA["properties"]["reports"]["items"] = TICKETED_REPORT_SCHEMA
 CREATE_SCHEMA: dict[str, Any] = {
     "title": "NewCampaign",
     "type": "object",
     "required": ["id", "plan"],
     "additionalProperties": False,
-    "properties": {"id": {"type": "string", "pattern": CAMPAIGN_PATTERN}, "plan": PLAN_SCHEMA},
+    "properties": {
+        "id": {"type": "string", "pattern": CAMPAIGN_PATTERN},
+        "plan": {"type": "object", "description": "a dpmarginals plan (Plan.to_dict(); see "
+                 "docs/deployment.md)", "required": ["method", "epsilon", "domain", "groups"]},
+        "settings": {"type": "object", "description": "the campaign's settings (see "
+                     "docs/deployment.md); every field optional"},
+    },
 }
-
-
-def _json_schema(schema: dict[str, Any], description: str = "") -> dict[str, Any]:
-    return {"description": description,
-            "content": {"application/json": {"schema": schema}}}
-
-
-def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
-    text = {400: "the body is not JSON", 401: "admin token missing or wrong",
-            404: "no such campaign", 409: "conflict (duplicate report id, another plan)",
-            413: "body or batch too large", 422: "invalid request (the reason says why)",
-            503: "the store could not commit; retry"}
-    return {c: _json_schema(ERROR_SCHEMA, text[c]) for c in codes}
 
 
 def _body(schema: dict[str, Any]) -> dict[str, Any]:
@@ -118,33 +139,27 @@ def _body(schema: dict[str, Any]) -> dict[str, Any]:
                             "content": {"application/json": {"schema": schema}}}}
 
 
-class ServiceError(Exception):
-    """An error answered with ``status`` and ``{"error": code, "reason": reason, ...}``."""
-
-    def __init__(self, status: int, code: str, reason: str, **extra: Any) -> None:
-        super().__init__(reason)
-        self.status, self.code, self.reason, self.extra = status, code, reason, extra
-
-
-def _error_response(status: int, code: str, reason: str, **extra: Any) -> Any:
-    from fastapi.responses import JSONResponse
-
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse({"error": code, "reason": reason, **extra}, status_code=status,
-                        headers=headers)
-
-
 class Aggregator:
-    """The service's state: the store, cached synopses, and the group assigner."""
+    """The service's state: the store, tokens, limits, tickets, releases, the assigner."""
 
-    def __init__(self, store: Store, admin_token: str, max_body_bytes: int) -> None:
+    def __init__(self, store: Store, admin_token: str, analyst_token: str | None,
+                 limits: Limits, release_processes: int = 0) -> None:
         self.store = store
         self.admin_token = admin_token
-        self.max_body_bytes = max_body_bytes
-        self._synopses: dict[str, tuple[int, Any]] = {}
-        self._synopsis_locks: dict[str, threading.Lock] = {}
+        self.analyst_token = analyst_token
+        self.limits = limits
+        self.bodies = BodyReader(limits.max_body_bytes, max_buffered=limits.max_buffered_bytes,
+                                 body_timeout=limits.body_timeout)
+        self.requests = RateLimiter(limits.requests_per_second, limits.request_burst,
+                                    what="requests")
+        self.tickets = RateLimiter(limits.tickets_per_second, limits.ticket_burst,
+                                   what="tickets")
+        self.mint = TicketMint(store.ticket_secret(), store.reserve_serials)
+        self.releases = Releases(store, processes=release_processes)
         self._assigned: dict[str, np.ndarray] = {}
         self._lock = threading.Lock()
+        self._parsing = threading.BoundedSemaphore(max(1, os.cpu_count() or 1))
+        self.answering = threading.BoundedSemaphore(1)
 
     def campaign(self, name: str) -> Campaign:
         found = self.store.campaign(name)
@@ -152,9 +167,54 @@ class Aggregator:
             raise ServiceError(404, "unknown_campaign", f"no campaign {name!r}")
         return found
 
+    def open_campaign(self, name: str) -> Campaign:
+        """The campaign, if it still takes assignments and reports (else 410)."""
+        found = self.campaign(name)
+        if self.store.is_closed(found):
+            raise ServiceError(410, "campaign_closed", f"campaign {name!r} is closed"
+                               + (" (expired)" if found.settings.expired() else ""))
+        return found
+
+    # -- tokens ---------------------------------------------------------------------------
+    def is_admin(self, given: str) -> bool:
+        return bool(given) and hmac.compare_digest(given.encode(), self.admin_token.encode())
+
+    def is_analyst(self, given: str) -> bool:
+        if self.is_admin(given):
+            return True
+        token = self.analyst_token
+        return bool(given and token) and hmac.compare_digest(given.encode(), token.encode())
+
+    def check_reader(self, campaign: Campaign, given: str) -> None:
+        if not campaign.settings.public and not self.is_analyst(given):
+            raise ServiceError(401, "unauthorized", f"campaign {campaign.name!r} is not "
+                               "public: this needs the analyst (or admin) token "
+                               "(Authorization: Bearer <token>)")
+
     # -- ingestion ------------------------------------------------------------------------
-    def ingest(self, name: str, body: bytes, *, batch: bool) -> dict[str, Any]:
-        campaign = self.campaign(name)
+    def ingest(self, name: str, body: bytes | bytearray, *, batch: bool) -> dict[str, Any]:
+        """Validate a body of reports and store them; as many bodies are parsed at once
+        as there are cores (more would only take turns holding the interpreter, and
+        delay the answers of reads)."""
+        campaign = self.open_campaign(name)
+        with self._parsing:
+            decoded, serials = self._admit(campaign, body, batch=batch)
+        try:
+            accepted = self.store.add_reports(campaign, decoded, serials)
+        except ReportError as exc:
+            if batch:
+                raise
+            raise ReportError(exc.reason, code=exc.code, duplicates=exc.duplicates) from None
+        return {"accepted": accepted}
+
+    def _admit(self, campaign: Campaign, body: bytes | bytearray, *, batch: bool
+               ) -> tuple[Any, np.ndarray | None]:
+        """The decoded reports of a body and the serials of their verified tickets."""
+        if not check_structure(body, MAX_BATCH_REPORTS if batch else 1):
+            raise ServiceError(413 if batch else 422, "batch_too_large" if batch else
+                               "invalid_report", "the body holds more JSON values than "
+                               + (f"{MAX_BATCH_REPORTS} reports" if batch else "one report")
+                               + " can")
         data = _parse_json(body)
         if batch:
             if not isinstance(data, dict) or set(data) != {"reports"}:
@@ -165,16 +225,21 @@ class Aggregator:
             if len(items) > MAX_BATCH_REPORTS:
                 raise ServiceError(413, "batch_too_large", f"a batch holds at most "
                                    f"{MAX_BATCH_REPORTS} reports, got {len(items)}")
-            decoded = campaign.codec.decode(items)
         else:
-            decoded = campaign.codec.decode([data], indexed=False)
-        try:
-            accepted = self.store.add_reports(campaign, decoded)
-        except ReportError as exc:
-            if batch:
+            items = [data]
+        tickets = [it.pop("ticket", None) if type(it) is dict else None for it in items]
+        decoded = campaign.codec.decode(items, indexed=batch)
+        serials = None
+        if campaign.settings.tickets != "off":
+            try:
+                serials = self.mint.verify(campaign.num, tickets, decoded.groups, indexed=batch)
+            except ServiceError:
+                if self.store.known(campaign, decoded.ids) == len(decoded):
+                    raise ReportError("the reports were already received; nothing was "
+                                      "stored", code="duplicate_report",
+                                      duplicates=list(range(len(decoded)))) from None
                 raise
-            raise ReportError(exc.reason, code=exc.code, duplicates=exc.duplicates) from None
-        return {"accepted": accepted}
+        return decoded, serials
 
     # -- assignment -----------------------------------------------------------------------
     def assign(self, campaign: Campaign, count: int) -> list[int]:
@@ -196,24 +261,6 @@ class Aggregator:
                 out.extend(take)
         _shuffle(out)
         return out
-
-    # -- answers --------------------------------------------------------------------------
-    def synopsis(self, campaign: Campaign) -> tuple[Any, int]:
-        """The synopsis of the stored counts (recomputed only when reports arrived)."""
-        with self._lock:
-            lock = self._synopsis_locks.setdefault(campaign.name, threading.Lock())
-        with lock:
-            counts = self.store.counts(campaign)
-            total = counts.n
-            cached = self._synopses.get(campaign.name)
-            if cached is not None and cached[0] == total:
-                return cached[1], total
-            if total == 0:
-                raise ServiceError(409, "no_reports", f"campaign {campaign.name!r} has no "
-                                   "reports yet")
-            synopsis = synopsis_from_counts(campaign.plan, counts)
-            self._synopses[campaign.name] = (total, synopsis)
-            return synopsis, total
 
 
 def _shuffle(items: list[int]) -> None:
@@ -240,7 +287,7 @@ def _no_constants(text: str) -> float:
     raise ValueError(f"{text} is not a JSON number")
 
 
-def _parse_json(body: bytes) -> Any:
+def _parse_json(body: bytes | bytearray) -> Any:
     """Strict JSON: no NaN/Infinity (nor floats that overflow to them)."""
     try:
         return json.loads(body, parse_float=_finite, parse_constant=_no_constants)
@@ -248,47 +295,45 @@ def _parse_json(body: bytes) -> Any:
         raise ServiceError(400, "invalid_json", f"the body is not JSON: {exc}"[:300]) from None
 
 
-async def _read_body(request: Any, limit: int) -> bytes:
-    length = request.headers.get("content-length")
-    if length is not None:
-        try:
-            declared = int(length)
-        except ValueError:
-            raise ServiceError(400, "bad_length", "Content-Length is not a number") from None
-        if declared > limit:
-            raise ServiceError(413, "body_too_large",
-                               f"the body has {declared} bytes; the limit is {limit}")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise ServiceError(413, "body_too_large", f"the body exceeds {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
+def _secret(value: str | None, env: str) -> str | None:
+    return (value if value is not None else os.environ.get(env)) or None
 
 
 def create_app(
     store: Store | str | os.PathLike[str] | None = None, *, admin_token: str | None = None,
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, synchronous: str = "full",
+    analyst_token: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    synchronous: str = "full", limits: Limits | None = None, release_processes: int = 0,
 ) -> Any:
     """The aggregator app over ``store`` (a Store, a SQLite path or a PostgreSQL URL).
 
     ``admin_token`` guards the admin endpoints (``Authorization: Bearer <token>``); when
     None, ``$DPMARGINALS_ADMIN_TOKEN`` or else a random token (``app.state.admin_token``).
-    A store given by path or URL is opened here and closed when the app shuts down.
+    ``analyst_token`` (else ``$DPMARGINALS_ANALYST_TOKEN``, else none: only the admin
+    token) reads the status and marginals of campaigns that are not public.  ``limits``
+    sets the rate limits and body bounds (its ``max_body_bytes`` wins over the argument
+    when given).  ``release_processes=1`` computes releases in a separate process
+    (``dpmarginals serve`` does), 0 in a thread of this one.  A store given by path or URL
+    is opened here and closed when the app shuts down.
     """
     fa = _fastapi()
+    if limits is None:
+        limits = Limits(max_body_bytes=max_body_bytes)
     owned = not isinstance(store, Store)
     spec = store if store is not None else Path("dpmarginals.db")
+    token = _secret(admin_token, "DPMARGINALS_ADMIN_TOKEN") or secrets.token_urlsafe(24)
+    analyst = _secret(analyst_token, "DPMARGINALS_ANALYST_TOKEN")
     the_store = open_store(spec, synchronous=synchronous)
-    token = admin_token or os.environ.get("DPMARGINALS_ADMIN_TOKEN") or secrets.token_urlsafe(24)
-    if max_body_bytes < 1024:
-        raise DPMarginalsError(f"max_body_bytes must be at least 1024, got {max_body_bytes}")
-    agg = Aggregator(the_store, token, max_body_bytes)
+    try:
+        agg = Aggregator(the_store, token, analyst, limits, release_processes)
+    except BaseException:
+        if owned:
+            the_store.close()
+        raise
 
     @asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
         yield
+        agg.releases.close()
         if owned:
             the_store.close()
 
@@ -301,14 +346,17 @@ def create_app(
     app.state.aggregator = agg
     app.state.admin_token = token
     app.state.store = the_store
-    admin = _admin_guard(fa, token)
-    campaign_id = Annotated[str, fa.PathParam(pattern=CAMPAIGN_PATTERN,
-                                              description="campaign id")]
-    _add_error_handlers(app, fa)
-    _add_campaign_endpoints(app, fa, agg, admin)
-    _add_client_endpoints(app, fa, agg, campaign_id)
-    _add_analyst_endpoints(app, fa, agg, campaign_id)
-    _add_export_endpoint(app, fa, agg, admin, campaign_id)
+    bearer = fa.HTTPBearer(auto_error=False, description="the admin or analyst token")
+    guards = SimpleNamespace(
+        token=_token_reader(fa, bearer), admin=_admin_guard(fa, agg, bearer),
+        limited=[fa.Depends(_request_limiter(fa, agg))],
+        campaign=Annotated[str, fa.PathParam(pattern=CAMPAIGN_PATTERN,
+                                             description="campaign id")])
+    add_error_handlers(app)
+    _add_campaign_endpoints(app, fa, agg, guards)
+    _add_client_endpoints(app, fa, agg, guards)
+    _add_analyst_endpoints(app, fa, agg, guards)
+    _add_export_endpoint(app, fa, agg, guards)
     add_web_page(app)
     return app
 
@@ -319,234 +367,309 @@ def _fastapi() -> Any:
         from fastapi import Depends, FastAPI, Query, Request
         from fastapi import Path as PathParam
         from fastapi.concurrency import run_in_threadpool
-        from fastapi.responses import (
-            JSONResponse,
-            PlainTextResponse,
-            Response,
-            StreamingResponse,
-        )
+        from fastapi.responses import JSONResponse, Response, StreamingResponse
         from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
     except ImportError:
         raise DPMarginalsError("the aggregator needs the service extra: "
                                "pip install 'dpmarginals[service]'") from None
     return SimpleNamespace(
         Depends=Depends, FastAPI=FastAPI, Query=Query, Request=Request, PathParam=PathParam,
-        run_in_threadpool=run_in_threadpool, JSONResponse=JSONResponse,
-        PlainTextResponse=PlainTextResponse, Response=Response,
+        run_in_threadpool=run_in_threadpool, JSONResponse=JSONResponse, Response=Response,
         StreamingResponse=StreamingResponse,
         HTTPAuthorizationCredentials=HTTPAuthorizationCredentials, HTTPBearer=HTTPBearer)
 
 
-def _admin_guard(fa: Any, token: str) -> list[Any]:
+def _token_reader(fa: Any, bearer: Any) -> Any:
+    """The annotation of a parameter holding the bearer token given ("" if none)."""
+    Depends, HTTPAuthorizationCredentials = fa.Depends, fa.HTTPAuthorizationCredentials
+
+    async def given(credentials: Annotated[HTTPAuthorizationCredentials | None,
+                                           Depends(bearer)]) -> str:
+        return "" if credentials is None else credentials.credentials
+
+    return Annotated[str, Depends(given)]
+
+
+def _admin_guard(fa: Any, agg: Aggregator, bearer: Any) -> list[Any]:
     """The dependency that guards the admin endpoints (a constant-time token check)."""
     Depends, HTTPAuthorizationCredentials = fa.Depends, fa.HTTPAuthorizationCredentials
-    bearer = fa.HTTPBearer(auto_error=False, description="the admin token")
+
     def require_admin(
         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
     ) -> None:
-        given = "" if credentials is None else credentials.credentials
-        if not given or not hmac.compare_digest(given.encode(), token.encode()):
+        if not agg.is_admin("" if credentials is None else credentials.credentials):
             raise ServiceError(401, "unauthorized", "this endpoint needs the admin token "
                                "(Authorization: Bearer <token>)")
 
     return [Depends(require_admin)]
 
 
+def _request_limiter(fa: Any, agg: Aggregator) -> Any:
+    Request = fa.Request
 
-def _add_error_handlers(app: Any, fa: Any) -> None:
-    """Every error as ``{"error": code, "reason": ...}`` with its HTTP status."""
-    Request, JSONResponse = fa.Request, fa.JSONResponse
+    async def limited(request: Request) -> None:  # (async: no thread hop per request)
+        agg.requests.check(source_of(request, forwarded=agg.limits.forwarded))
 
-    @app.exception_handler(ServiceError)
-    async def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
-        return _error_response(exc.status, exc.code, exc.reason, **exc.extra)
-
-    @app.exception_handler(ReportError)
-    async def _report_error(request: Request, exc: ReportError) -> JSONResponse:
-        status = {"duplicate_report": 409, "plan_mismatch": 409}.get(exc.code, 422)
-        extra: dict[str, Any] = {}
-        if exc.index is not None:
-            extra["index"] = exc.index
-        if exc.duplicates:
-            extra["duplicates"] = exc.duplicates
-        return _error_response(status, exc.code, str(exc), **extra)
-
-    @app.exception_handler(StoreError)
-    async def _store_error(request: Request, exc: StoreError) -> JSONResponse:
-        return _error_response(503, "store_unavailable", str(exc))
-
-    @app.exception_handler(sqlite3.Error)
-    async def _sqlite_error(request: Request, exc: Exception) -> JSONResponse:
-        return _error_response(503, "store_unavailable", f"the store failed: {exc}")
-
-    try:
-        import psycopg
-    except ImportError:  # PostgreSQL is optional
-        psycopg = None
-    if psycopg is not None:
-        app.add_exception_handler(psycopg.Error, _sqlite_error)  # type: ignore[arg-type]
-
-    @app.exception_handler(DPMarginalsError)
-    async def _user_error(request: Request, exc: DPMarginalsError) -> JSONResponse:
-        return _error_response(422, "invalid_request", str(exc))
+    return limited
 
 
-def _add_campaign_endpoints(app: Any, fa: Any, agg: Aggregator, admin: list[Any]) -> None:
-    """The service's health; admin: create and list campaigns."""
+def _add_campaign_endpoints(app: Any, fa: Any, agg: Aggregator, guards: Any) -> None:
+    """The service's health; admin: create, list and close campaigns."""
     Request, JSONResponse, run_in_threadpool = fa.Request, fa.JSONResponse, fa.run_in_threadpool
     the_store = agg.store
+    Token, CampaignId = guards.token, guards.campaign
 
     @app.get("/health", tags=["service"], summary="Liveness and the store's kind")
     def health() -> dict[str, str]:
         return {"status": "ok", "store": the_store.kind, "version": __version__}
 
-    @app.post("/campaigns", tags=["admin"], status_code=201, dependencies=admin,
+    @app.post("/campaigns", tags=["admin"], status_code=201, dependencies=guards.admin,
               summary="Create a campaign from a plan (idempotent for the same plan)",
               openapi_extra=_body(CREATE_SCHEMA),
               responses={200: {"description": "the campaign existed with this plan"},
-                         **_errors(400, 401, 409, 413, 422)})
+                         **responses(400, 401, 408, 409, 413, 422, 503)})
     async def create_campaign(request: Request) -> JSONResponse:
-        body = _parse_json(await _read_body(request, agg.max_body_bytes))
-        if not isinstance(body, dict) or set(body) != {"id", "plan"}:
+        async with agg.bodies.read(request) as raw:
+            body = _parse_json(raw)
+        if not isinstance(body, dict) or not {"id", "plan"} <= set(body) or not set(body) <= {
+                "id", "plan", "settings"}:
             raise ServiceError(422, "invalid_request", 'the body must be {"id": ..., "plan": '
-                               '{...}}')
+                               '{...}, "settings": {...} (optional)}')
         name, spec = body["id"], body["plan"]
         if not isinstance(name, str) or not re.fullmatch(CAMPAIGN_PATTERN, name):
             raise ServiceError(422, "invalid_request", "id must be 1-64 characters of "
                                "letters, digits, '_', '.', '-' (starting with a letter or digit)")
-        if not isinstance(spec, dict):
-            raise ServiceError(422, "invalid_plan", "plan must be a JSON object")
         try:
-            plan = Plan.from_dict(spec)
+            settings = CampaignSettings.from_dict(body.get("settings"))
         except DPMarginalsError as exc:
-            raise ServiceError(422, "invalid_plan", str(exc)) from None
-        except (AttributeError, OverflowError, RecursionError) as exc:
-            raise ServiceError(422, "invalid_plan", f"malformed plan: {exc!r}"[:300]) from None
+            raise ServiceError(422, "invalid_settings", str(exc)) from None
         try:
-            campaign, created = await run_in_threadpool(the_store.create_campaign, name, plan)
+            plan = await run_in_threadpool(admit_plan, spec)
+        except PlanRejected as exc:
+            raise ServiceError(422, "invalid_plan", str(exc)) from None
+        try:
+            campaign, created = await run_in_threadpool(the_store.create_campaign, name, plan,
+                                                        settings)
         except DPMarginalsError as exc:
             code = 409 if "exists with another plan" in str(exc) else 422
             raise ServiceError(code, "invalid_plan" if code == 422 else "campaign_exists",
                                str(exc)) from None
         return JSONResponse({"id": campaign.name, "plan_hash": plan.hash, "groups": plan.m,
-                             "created": created}, status_code=201 if created else 200)
+                             "created": created, "settings": campaign.settings.to_dict()},
+                            status_code=201 if created else 200)
 
-    @app.get("/campaigns", tags=["admin"], dependencies=admin, summary="List the campaigns",
-             responses=_errors(401))
-    def list_campaigns() -> dict[str, Any]:
-        return {"campaigns": [{"id": n, "plan_hash": h} for n, h in the_store.campaigns()]}
+    @app.get("/campaigns", tags=["analysts"], responses=responses(401),
+             summary="The campaigns (all with a token; without one, the public ones)")
+    def list_campaigns(token: Token) -> dict[str, Any]:
+        allowed = agg.is_analyst(token)
+        if token and not allowed:  # a wrong token is an error, not "no token"
+            raise ServiceError(401, "unauthorized", "the token given is neither the analyst "
+                               "nor the admin token (without a token: the public campaigns)")
+        out = []
+        for name, plan_hash in the_store.campaigns():
+            found = the_store.campaign(name)
+            if found is None or not (allowed or found.settings.public):
+                continue
+            out.append({"id": name, "plan_hash": plan_hash, "method": found.plan.method,
+                        "epsilon": found.plan.epsilon, "public": found.settings.public,
+                        "state": "closed" if the_store.is_closed(found) else "open",
+                        "reports": int(the_store.users(found).sum())})
+        return {"campaigns": out}
+
+    @app.post("/campaigns/{campaign}/close", tags=["admin"], dependencies=guards.admin,
+              summary="Close a campaign: no more assignments or reports",
+              responses=responses(401, 404, 422, 503))
+    def close_campaign(campaign: CampaignId) -> dict[str, Any]:
+        found = agg.campaign(campaign)
+        the_store.close_campaign(found)
+        return {"id": campaign, "state": "closed"}
 
 
-def _add_client_endpoints(app: Any, fa: Any, agg: Aggregator, CampaignId: Any) -> None:
-    """Clients: the plan, a group assignment, reports one at a time or in batches."""
+def _add_client_endpoints(app: Any, fa: Any, agg: Aggregator, guards: Any) -> None:
+    """Clients: the plan, a group assignment with its ticket, reports singly or in batches."""
     Request, Query, run_in_threadpool = fa.Request, fa.Query, fa.run_in_threadpool
+    CampaignId = guards.campaign
 
     @app.get("/campaigns/{campaign}/plan", tags=["clients"], summary="The public plan",
-             responses=_errors(404, 422))
+             dependencies=guards.limited, responses=responses(404, 422, 429))
     def get_plan(campaign: CampaignId) -> dict[str, Any]:
         return agg.campaign(campaign).plan.to_dict()
 
     @app.get("/campaigns/{campaign}/assignment", tags=["clients"],
-             summary="A group for a user (or `count` groups for `count` users)",
-             responses=_errors(404, 422))
+             summary="A group and its single-use ticket for a user (or `count` users)",
+             dependencies=guards.limited, responses=responses(404, 410, 422, 429))
     def assignment(
-        campaign: CampaignId,
+        campaign: CampaignId, request: Request,
         count: Annotated[int | None, Query(ge=1, le=MAX_ASSIGNMENTS)] = None,
     ) -> dict[str, Any]:
-        found = agg.campaign(campaign)
-        groups = agg.assign(found, 1 if count is None else count)
+        found = agg.open_campaign(campaign)
+        many = 1 if count is None else count
+        if found.settings.tickets != "off":
+            agg.tickets.check(source_of(request, forwarded=agg.limits.forwarded), many)
+        groups = agg.assign(found, many)
         out: dict[str, Any] = {"campaign": campaign, "plan_hash": found.plan.hash}
+        tickets: list[str] | None = None
+        if found.settings.tickets != "off":
+            bound = groups if found.settings.tickets == "assigned" else [None] * many
+            tickets = agg.mint.issue(found.num, bound)
         if count is None:
             out["group"] = groups[0]
+            if tickets is not None:
+                out["ticket"] = tickets[0]
         else:
             out["groups"] = groups
+            if tickets is not None:
+                out["tickets"] = tickets
         return out
 
     @app.post("/campaigns/{campaign}/reports", tags=["clients"], status_code=201,
-              summary="Submit one report", openapi_extra=_body(REPORT_SCHEMA),
-              responses=_errors(400, 404, 409, 413, 422, 503))
+              summary="Submit one report", openapi_extra=_body(TICKETED_REPORT_SCHEMA),
+              dependencies=guards.limited,
+              responses=responses(400, 403, 404, 408, 409, 410, 413, 422, 429, 503))
     async def post_report(campaign: CampaignId, request: Request) -> dict[str, Any]:
-        body = await _read_body(request, agg.max_body_bytes)
-        return await run_in_threadpool(agg.ingest, campaign, body, batch=False)
+        async with agg.bodies.read(request) as body:
+            return await run_in_threadpool(agg.ingest, campaign, body, batch=False)
 
     @app.post("/campaigns/{campaign}/reports/batch", tags=["clients"], status_code=201,
               summary="Submit a batch of reports (stored atomically: all or none)",
-              openapi_extra=_body(BATCH_SCHEMA),
-              responses=_errors(400, 404, 409, 413, 422, 503))
+              openapi_extra=_body(TICKETED_BATCH_SCHEMA), dependencies=guards.limited,
+              responses=responses(400, 403, 404, 408, 409, 410, 413, 422, 429, 503))
     async def post_batch(campaign: CampaignId, request: Request) -> dict[str, Any]:
-        body = await _read_body(request, agg.max_body_bytes)
-        return await run_in_threadpool(agg.ingest, campaign, body, batch=True)
+        async with agg.bodies.read(request) as body:
+            return await run_in_threadpool(agg.ingest, campaign, body, batch=True)
 
 
-def _add_analyst_endpoints(app: Any, fa: Any, agg: Aggregator, CampaignId: Any) -> None:
-    """Analysts: reports per group, and marginals from the plan's method's synopsis."""
-    Query, Response, JSONResponse = fa.Query, fa.Response, fa.JSONResponse
-    PlainTextResponse = fa.PlainTextResponse
+def _coarse(n: int, step: int) -> int:
+    return n - n % step
+
+
+def _add_analyst_endpoints(app: Any, fa: Any, agg: Aggregator, guards: Any) -> None:
+    """Analysts: the campaign's state and reports, and marginals of its cached release."""
+    Query, Response, run_in_threadpool = fa.Query, fa.Response, fa.run_in_threadpool
     the_store = agg.store
+    Token, CampaignId = guards.token, guards.campaign
 
     @app.get("/campaigns/{campaign}/status", tags=["analysts"],
-             summary="Reports received per group", responses=_errors(404, 422))
-    def status(campaign: CampaignId) -> dict[str, Any]:
+             summary="Reports received (per group, coarsened), state, the last release",
+             responses=responses(401, 404, 422))
+    def status(campaign: CampaignId, token: Token) -> dict[str, Any]:
         found = agg.campaign(campaign)
+        agg.check_reader(found, token)
         users = the_store.users(found)
-        return {"campaign": campaign, "plan_hash": found.plan.hash,
-                "method": found.plan.method, "epsilon": found.plan.epsilon,
-                "reports": int(users.sum()),
-                "groups": [{"group": g, "attributes": list(spec.attributes),
-                            "oracle": spec.oracle, "cells": spec.cells, "reports": int(n)}
-                           for g, (spec, n) in enumerate(zip(found.plan.groups, users,
-                                                             strict=True))]}
+        step = found.settings.status_granularity
+        settings = found.settings
+        out = {"campaign": campaign, "plan_hash": found.plan.hash,
+               "method": found.plan.method, "epsilon": found.plan.epsilon,
+               "state": "closed" if the_store.is_closed(found) else "open",
+               "expires_at": settings.expires_at, "public": settings.public,
+               "min_reports": settings.min_reports, "tickets": settings.tickets,
+               "reports": int(users.sum()), "granularity": step,
+               "groups": [{"group": g, "attributes": list(spec.attributes),
+                           "oracle": spec.oracle, "cells": spec.cells,
+                           "reports": _coarse(int(n), step)}
+                          for g, (spec, n) in enumerate(zip(found.plan.groups, users,
+                                                            strict=True))]}
+        return out
 
     @app.get("/campaigns/{campaign}/marginals", tags=["analysts"],
-             summary="A marginal table estimated from the stored reports",
-             responses={200: {"content": {"text/csv": {}}}, **_errors(404, 409, 422)})
-    def marginals(
-        campaign: CampaignId,
+             summary="A marginal table of the campaign's current release",
+             responses={200: {"content": {"text/csv": {}}},
+                        **responses(401, 404, 409, 422, 503)})
+    async def marginals(
+        campaign: CampaignId, token: Token,
         attributes: Annotated[str, Query(min_length=1, max_length=MAX_QUERY_LENGTH,
                                          description="comma-separated attribute names")],
         format: Annotated[Literal["json", "csv"], Query()] = "json",
         std: Annotated[bool, Query(description="also per-cell standard errors (`std`; "
                                    "a bootstrap for reconstructed tables: can be slow)")] = False,
     ) -> Response:
+        found = agg.store.cached_campaign(campaign)
+        if found is not None:  # the common case, on the event loop: a lookup
+            agg.check_reader(found, token)
+            attrs = tuple(a.strip() for a in attributes.split(",") if a.strip())
+            release = agg.releases.peek(found)
+            body = None if release is None else release.cached((attrs, format, std))
+            if body is not None:
+                return Response(body, media_type="text/csv" if format == "csv"
+                                else "application/json")
+        return await run_in_threadpool(answer, campaign, token, attributes, format, std)
+
+    def answer(campaign: str, token: str, attributes: str, format: str, std: bool
+               ) -> Response:
         found = agg.campaign(campaign)
-        attrs = [a.strip() for a in attributes.split(",") if a.strip()]
+        agg.check_reader(found, token)
+        attrs = tuple(a.strip() for a in attributes.split(",") if a.strip())
         if not attrs:
             raise ServiceError(422, "invalid_request", "attributes names no attribute")
         from ..synopsis.base import check_query
 
         domain = answer_domain(found.plan)
-        cells = domain.project(check_query(domain, attrs)).cells()
+        cells = domain.project(check_query(domain, list(attrs))).cells()
         if cells > MAX_ANSWER_CELLS:  # (unknown/repeated attributes: 422 above)
-            raise ServiceError(422, "invalid_request", f"the marginal over {attrs} has "
+            raise ServiceError(422, "invalid_request", f"the marginal over {list(attrs)} has "
                                f"{cells:,} cells; the service answers at most "
                                f"{MAX_ANSWER_CELLS:,}")
-        synopsis, total = agg.synopsis(found)
-        table = synopsis.marginal(attrs)
-        if std:
-            from ..synopsis.stderr import standard_errors
+        release = agg.releases.current(found)
+        _check_released(found, release)
+        def make() -> bytes:  # one uncached answer at a time (a large one takes seconds)
+            if not agg.answering.acquire(timeout=_ANSWER_WAIT):
+                raise ServiceError(503, "busy", "other answers are being computed; retry "
+                                   "shortly", headers={"Retry-After": "5"})
+            try:
+                return _answer(found, release, attrs, format, std)
+            finally:
+                agg.answering.release()
 
-            table = table.replace(std=standard_errors(synopsis, table.attributes, table.values)[0])
-        if format == "csv":
-            return PlainTextResponse(table.to_frame().to_csv(index=False), media_type="text/csv")
-        return JSONResponse({"campaign": campaign, "plan_hash": found.plan.hash,
-                             "reports": total, **table.to_dict()})
+        body = release.answer((attrs, format, std), make)
+        media = "text/csv" if format == "csv" else "application/json"
+        return Response(body, media_type=media)
 
 
-def _add_export_endpoint(app: Any, fa: Any, agg: Aggregator, admin: list[Any],
-                         CampaignId: Any) -> None:
-    """Admin: every stored report, as JSON lines."""
+def _check_released(campaign: Campaign, release: Release) -> None:
+    if release.withheld == "no_reports":
+        raise ServiceError(409, "no_reports", f"campaign {campaign.name!r} has no reports yet")
+    if release.withheld == "not_enough_reports":
+        raise ServiceError(409, "not_enough_reports", f"campaign {campaign.name!r} releases "
+                           f"nothing before {campaign.settings.min_reports:,} reports")
+
+
+def _answer(campaign: Campaign, release: Release, attrs: tuple[str, ...], format: str,
+            std: bool) -> bytes:
+    """A marginal's answer; with ``std`` also its per-cell standard errors (a bootstrap for
+    reconstructed tables: seconds to minutes, computed once per release and cached)."""
+    if format == "json" and not std:
+        return marginal_answer(campaign, release, attrs)
+    table = release.synopsis.marginal(list(attrs))
+    if std:
+        from ..synopsis.stderr import standard_errors
+
+        errors = standard_errors(release.synopsis, table.attributes, table.values)[0]
+        table = table.replace(std=errors)
+    if format == "json":
+        return marginal_answer(campaign, release, attrs, table)
+    return table.to_frame().to_csv(index=False).encode()
+
+
+def _add_export_endpoint(app: Any, fa: Any, agg: Aggregator, guards: Any) -> None:
+    """Admin: a consistent snapshot of every stored report, as JSON lines."""
     StreamingResponse = fa.StreamingResponse
     the_store = agg.store
+    CampaignId = guards.campaign
 
-    @app.get("/campaigns/{campaign}/reports", tags=["admin"], dependencies=admin,
-             summary="Export every stored report (JSON lines, ordered by report id)",
+    @app.get("/campaigns/{campaign}/reports", tags=["admin"], dependencies=guards.admin,
+             summary="Export a snapshot of the stored reports (JSON lines, by report id; "
+             "X-Report-Count says how many)",
              responses={200: {"content": {"application/x-ndjson": {}}},
-                        **_errors(401, 404, 422)})
+                        **responses(401, 404, 422, 503)})
     def export_reports(campaign: CampaignId) -> StreamingResponse:
         found = agg.campaign(campaign)
+        stack = ExitStack()
+        count, reports = stack.enter_context(the_store.snapshot(found))
 
         def lines() -> Iterator[str]:
-            for report in the_store.reports(found):
-                yield json.dumps(report, separators=(",", ":")) + "\n"
+            with stack:
+                for report in reports:
+                    yield json.dumps(report, separators=(",", ":")) + "\n"
 
-        return StreamingResponse(lines(), media_type="application/x-ndjson")
+        return StreamingResponse(lines(), media_type="application/x-ndjson",
+                                 headers={"X-Report-Count": str(count)})

@@ -1,0 +1,116 @@
+"""Running the aggregator under uvicorn with connection limits and timeouts.
+
+uvicorn closes an idle keep-alive connection after ``timeout_keep_alive``, but waits
+forever for the headers of a request (a connection that sends nothing, or a header a byte
+at a time), and does not bound their size or the number of connections.
+:func:`hardened_protocol` subclasses uvicorn's HTTP protocol (httptools) to add:
+
+* a **header timeout**: a connection must deliver a request's complete headers within
+  ``header_timeout`` seconds of opening, or of the previous answer, else it is closed;
+* a **header size limit** (``max_header_bytes``): more before the headers end, closed;
+* a **connection limit** (``max_connections``): beyond it, a new connection is closed at
+  once (no answer: the client sees a reset and retries).
+
+The **body timeout** and size limit are the app's (:class:`~.limits.BodyReader`), the
+**idle timeout** is uvicorn's ``timeout_keep_alive``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ..core.errors import DPMarginalsError
+
+__all__ = ["Timeouts", "hardened_protocol", "run"]
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Connection limits: seconds for the headers, idle keep-alive, and the body (the
+    app's), header bytes, and concurrent connections."""
+
+    header: float = 10.0
+    keep_alive: float = 5.0
+    body: float = 60.0
+    max_header_bytes: int = 64 << 10
+    max_connections: int = 1000
+
+    def __post_init__(self) -> None:
+        for name in ("header", "keep_alive", "body"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise DPMarginalsError(f"the {name.replace('_', '-')} timeout must be a "
+                                       f"number of seconds > 0, got {value!r}")
+        if self.max_header_bytes < 1024 or self.max_connections < 1:
+            raise DPMarginalsError("max_header_bytes must be >= 1024 and max_connections >= 1")
+
+
+def hardened_protocol(timeouts: Timeouts) -> type:
+    """uvicorn's httptools protocol with a header timeout, header size and connection
+    limits (see the module's docstring)."""
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    class HardenedProtocol(HttpToolsProtocol):  # type: ignore[misc]
+        limits = timeouts
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._header_task: Any = None
+            self._header_bytes = 0
+            if len(self.connections) > self.limits.max_connections:
+                transport.close()
+                return
+            self._await_headers()
+
+        def _await_headers(self) -> None:
+            self._cancel_header_timer()
+            self._header_bytes = 0
+            self._header_task = self.loop.call_later(self.limits.header,
+                                                     self._header_timeout)
+
+        def _cancel_header_timer(self) -> None:
+            task = getattr(self, "_header_task", None)
+            if task is not None:
+                task.cancel()
+                self._header_task = None
+
+        def _header_timeout(self) -> None:
+            self._header_task = None
+            busy = self.cycle is not None and not self.cycle.response_complete
+            if not busy and not self.transport.is_closing():
+                self.transport.close()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self._header_task is not None:  # still waiting for the headers' end
+                self._header_bytes += len(data)
+                if self._header_bytes > self.limits.max_header_bytes:
+                    self._cancel_header_timer()
+                    self.send_400_response("Request headers too large.")
+
+        def on_headers_complete(self) -> None:
+            self._cancel_header_timer()
+            super().on_headers_complete()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing() and not self.pipeline:
+                self._await_headers()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._cancel_header_timer()
+            super().connection_lost(exc)
+
+    return HardenedProtocol
+
+
+def run(app: Any, host: str, port: int, *, timeouts: Timeouts, log_level: str = "warning"
+        ) -> None:
+    """Serve ``app`` with uvicorn (no access log, no server header) under ``timeouts``."""
+    import uvicorn
+
+    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False,
+                server_header=False, http=hardened_protocol(timeouts),
+                timeout_keep_alive=timeouts.keep_alive, timeout_graceful_shutdown=10)
