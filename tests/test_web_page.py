@@ -397,7 +397,9 @@ def test_the_apis_error_reasons_are_shown(browser, service):
     assert unauthorized.status_code == 401
     assert unauthorized.json()["reason"] in message.inner_text()
     assert "HTTP 401" in message.inner_text()
-    # a campaign can still be opened by its id; one without reports has no marginal
+    view.close()
+    # with the token, a campaign can be opened by its id; one without reports has no marginal
+    view = Page(browser, service)
     view.page.fill("#open-id", "empty")
     view.page.click("#open-form button")
     view.page.wait_for_selector("#attribute-list input")
