@@ -552,7 +552,7 @@ def test_a_plan_is_written_without_a_server_and_json_lines_are_estimated(tmp_pat
                    str(tmp_path / "plan.json"))
         assert out.returncode == 2 and reason in out.stderr, out.stderr
         assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
-    for args, reason in ((["--engine", "duckdb"], "numpy engine"), ([], "--plan")):
+    for args, reason in ((["--engine", "spark"], "numpy engine"), ([], "--plan")):
         plan_args = [] if reason == "--plan" else ["--plan", str(tmp_path / "plan.json")]
         out = _cli("estimate", "--reports", str(tmp_path / "reports.jsonl"), *plan_args, *args)
         assert out.returncode == 2 and reason in out.stderr, out.stderr

@@ -28,10 +28,10 @@ consistent; FT: invert the Hadamard coefficients; EM: keep the histograms EM ans
 ...), and save the synopsis (answer queries with
 `dpmarginals query`).
 
-engines: duckdb (the default for Parquet; SQL over the files, out of core, all cores),
-numpy (in memory, a batch of files or lines at a time; the default and the only engine for
-JSON lines), spark (Apache Spark; `pip install 'dpmarginals[spark]'` and Java 17). All
-three return identical counts."""
+engines: duckdb (the default; SQL over the files, out of core, all cores), numpy (in
+memory, a batch of files or lines at a time; JSON lines are always counted by it), spark
+(Apache Spark; `pip install 'dpmarginals[spark]'` and Java 17). All three return
+identical counts."""
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
@@ -48,8 +48,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                    "reports); reports made under another plan are refused")
     p.add_argument("--campaign", default=None, metavar="ID",
                    help="campaign id when PATH holds several campaigns")
-    p.add_argument("--engine", choices=ENGINES, default=None,
-                   help="counting engine (default duckdb for Parquet, numpy for JSON lines)")
+    p.add_argument("--engine", choices=ENGINES, default="duckdb",
+                   help="counting engine (default duckdb; JSON lines are counted by numpy)")
     p.add_argument("--threads", type=_positive_int, default=None,
                    help="DuckDB worker threads (default: all cores)")
     p.add_argument("--spark-master", default=None, metavar="URL",
@@ -71,8 +71,12 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
 
     remote = "://" in str(args.reports) and not str(args.reports).startswith("file://")
     lines = not remote and is_jsonl(args.reports)
-    if args.engine is None:
-        args.engine = "numpy" if lines else "duckdb"
+    if lines and args.engine == "spark":
+        raise DPMarginalsError(f"{args.reports!r} holds JSON lines, which the numpy engine "
+                               "counts in memory: Spark reads Parquet (campaign export "
+                               "--parquet)")
+    if lines:
+        args.engine = "numpy"
     if remote and args.engine != "spark":
         raise DPMarginalsError(f"{args.reports!r} is not a local path: use --engine spark")
     if lines:
