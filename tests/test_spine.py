@@ -282,7 +282,7 @@ def test_out_of_range_reports_of_the_formats_are_refused_by_the_service(api, nam
             r = api.post(path, json=body)
             assert r.status_code == 422, (reason, r.text)
             assert reason.strip() in r.json()["reason"], r.json()
-    assert api.get(f"/campaigns/{campaign}/status").json()["reports"] == 0
+    assert api.get(f"/campaigns/{campaign}/status", headers=ADMIN).json()["reports"] == 0
 
 
 # -- batch decoding ------------------------------------------------------------------------
