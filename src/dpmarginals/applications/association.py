@@ -12,7 +12,7 @@ compared with the critical value of the chi-squared distribution with
 footnote 3 leaves it to future work): a noisy table's statistic is compared with the
 noise-unaware critical value, so the test rejects independence far more often than
 ``alpha`` -- on the NYC taxi flags at N = 2^18 and eps = ln 3, InpHT's statistic for
-M_drop-CC is about 800 where the data's own is 1.4 and the critical value 3.84.
+M_drop-CC averages 10^3 where the data's own is below 1 and the critical value 3.84.
 :func:`chi_squared_test` with ``noise=None`` is that test.
 
 **Noise-aware tests** (``noise=`` a :class:`~.noise_models.NoiseModel`; the module

@@ -5,7 +5,7 @@ Pearson's ``chi2 = n sum_ij (t_ij - r_i c_j)^2 / (r_i c_j)`` of the released tab
 projected onto the simplex by Norm-Sub (rows and columns with no mass add nothing).  What
 changes is the distribution it is compared with.  Under independence a noisy table's
 statistic is not chi-squared: at N = 2^18 taxi trips and eps = ln 3 the noise alone makes it
-about 800 for InpHT where the critical value is 3.84.  Two references, both built from a
+about 10^3 for InpHT where the critical value is 3.84.  Two references, both built from a
 :class:`~.noise_models.NoiseModel` of the release:
 
 * **Monte Carlo** (:func:`monte_carlo_test`, the reference; Gaboardi, Lim, Rogers, Vadhan,
@@ -16,7 +16,7 @@ about 800 for InpHT where the critical value is 3.84.  Two references, both buil
   drawn from ``p0`` through the mechanism itself (its exact noise: the oracles' aggregate
   samplers for a local release), compute the same statistic on each, and take
   ``p = (1 + #{T_i >= T}) / (R + 1)``.  Its level is exact when p0 is the truth; the plug-in
-  of the fitted margins costs little: we measured 3-6% at alpha = 0.05 over 300-400
+  of the fitted margins costs little: we measured 3-7% at alpha = 0.05 over 300-400
   independent data sets per mechanism (GRR, OUE, Hadamard, CALM, Gaussian and Laplace noise),
   down to 2% where the noise dwarfs the counts (tests/test_association.py).
 * **Asymptotic** (:func:`asymptotic_test`): Gaboardi et al.'s corrected critical value, the

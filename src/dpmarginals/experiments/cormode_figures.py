@@ -490,8 +490,8 @@ CHI2_METHODS = ("inp_ht", "marg_ps")
 #: The three tests of every private table: the paper's (noise ignored), ours by Monte Carlo
 #: through the mechanism, ours by the asymptotic weighted chi-squares.
 CHI2_TESTS = {"paper": "", "mc": "_mc", "asym": "_asym"}
-CHI2_TEST_LABELS = {"paper": "paper's test (noise ignored)", "mc": "noise-aware, Monte Carlo",
-                    "asym": "noise-aware, asymptotic"}
+CHI2_TEST_LABELS = {"paper": "paper's test", "mc": "noise-aware (MC)",
+                    "asym": "noise-aware (asym.)"}
 
 
 def _chi2_tasks(quick: bool) -> list[dict[str, Any]]:
@@ -586,15 +586,14 @@ def _chi2_plot(frame: pd.DataFrame, out: Path, quick: bool) -> list[Path]:
                           "trips, eps = ln 3" + grid)]
     dec = _chi2_decisions(frame)
     if len(dec):
-        dec["who"] = dec["method"].map(LABELS) + ", " + dec["test"].map(
-            {"paper": "paper's test", "mc": "noise-aware (MC)", "asym": "noise-aware (asym.)"})
+        dec["who"] = dec["method"].map(LABELS) + ", " + dec["test"].map(CHI2_TEST_LABELS)
         nonpriv = dec.drop_duplicates(["repeat", "panel"]).assign(
             who="non-private", rejected=lambda f: f["nonprivate"])
         long = (pd.concat([nonpriv, dec], ignore_index=True)  # one rate per point: no bars
                 .groupby(["expected", "panel", "who"], sort=False)["rejected"].mean()
                 .reset_index().assign(status="ok"))
-        order = ["non-private", *[f"{LABELS[m]}, {t}" for m in CHI2_METHODS for t in
-                                  ("paper's test", "noise-aware (MC)", "noise-aware (asym.)")]]
+        order = ["non-private", *[f"{LABELS[m]}, {t}" for m in CHI2_METHODS
+                                  for t in CHI2_TEST_LABELS.values()]]
         paths.append(point_panels(
             [Panel(f"{kind} pairs", long[long["expected"] == kind])
              for kind in ("dependent", "independent")],
@@ -640,7 +639,7 @@ def _chi2_summary(frame: pd.DataFrame, quick: bool) -> str:
             if len(s):
                 c2.add(bool(s["correct"].mean() >= 0.5), f"{pair} {LABELS[meth]}")
     dec = _chi2_decisions(frame)
-    c3 = Check("the noise-aware (Monte-Carlo) tests reach the expected decision", "§6.1 (the "
+    c3 = Check("the noise-aware (MC) tests reach the expected decision", "§6.1 (the "
                "paper's expectation for each pair)")
     for (pair, meth), g in dec[dec["test"] == "mc"].groupby(["panel", "method"], sort=False):
         want = float(g["expected"].iloc[0] == "dependent")
