@@ -157,6 +157,8 @@ def weighted_chi2_sf(x: float, weights: np.ndarray) -> float:
         return 1.0
     if max(w) - min(w) <= 1e-12 * max(w):
         return float(stats.chi2.sf(x / w[0], len(w)))
+    top = max(w)  # the law scales: work with weights <= 1
+    w, x = [v / top for v in w], x / top
 
     def phase(u: float) -> float:
         return 0.5 * sum(math.atan(v * u) for v in w)
@@ -165,8 +167,9 @@ def weighted_chi2_sf(x: float, weights: np.ndarray) -> float:
         return math.exp(-0.25 * sum(math.log1p((v * u) ** 2) for v in w)) / u
 
     split = 2.0 / x
+    scales = [v for v in (1.0, 10.0, 1 / min(w), 10 / min(w)) if v < split]  # where it lives
     head = integrate.quad(lambda u: math.sin(phase(u) - 0.5 * x * u) * amplitude(u), 0, split,
-                          limit=200)[0]
+                          points=scales or None, limit=200)[0]
     cos_part = integrate.quad(lambda u: math.sin(phase(u)) * amplitude(u), split, np.inf,
                               weight="cos", wvar=0.5 * x, limlst=200)[0]
     sin_part = integrate.quad(lambda u: math.cos(phase(u)) * amplitude(u), split, np.inf,
