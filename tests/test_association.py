@@ -206,6 +206,7 @@ def test_weighted_chi_squares_tail():
             mc = (z > x).mean()  # sd <= sqrt(0.25 / 1e6) = 5e-4
             assert abs(weighted_chi2_sf(x, w) - mc) < 4 * np.sqrt(mc * (1 - mc) / 1e6) + 1e-6
         assert weighted_chi2_sf(weighted_chi2_isf(0.05, w), w) == pytest.approx(0.05, abs=1e-7)
+    assert weighted_chi2_sf(1e-5, np.array([1.0, 1.5, 2.5, 4.0])) > 0.9999  # far below the law
 
 
 def test_without_noise_the_weights_are_the_classical_degrees_of_freedom():
