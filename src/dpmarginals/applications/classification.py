@@ -37,7 +37,7 @@ from ..core.dataset import Dataset
 from ..core.errors import DPMarginalsError
 from ..core.randomness import RNGLike, simulation_rng
 from ..core.table import MarginalTable
-from .association import project_to_simplex
+from ..inference import project_to_simplex
 
 __all__ = ["best_possible_error", "majority_error", "misclassification", "nonprivate_error",
            "svm_error"]

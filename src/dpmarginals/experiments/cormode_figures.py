@@ -487,16 +487,26 @@ B2 = Experiment(
 DEPENDENT = (("Night_pick", "Night_drop"), ("Toll", "Far"), ("CC", "Tip"))
 INDEPENDENT = (("M_drop", "CC"), ("Far", "Night_pick"), ("Toll", "Night_pick"))
 CHI2_METHODS = ("inp_ht", "marg_ps")
+#: The three tests of every private table: the paper's (noise ignored), ours by Monte Carlo
+#: through the mechanism, ours by the asymptotic weighted chi-squares.
+CHI2_TESTS = {"paper": "", "mc": "_mc", "asym": "_asym"}
+CHI2_TEST_LABELS = {"paper": "paper's test", "mc": "noise-aware (MC)",
+                    "asym": "noise-aware (asym.)"}
 
 
 def _chi2_tasks(quick: bool) -> list[dict[str, Any]]:
-    repeats = 3 if quick else 10
+    repeats = 10 if quick else 100
     return [{"key": f"cormode-chi2|n={2**18}|rep={r}", "dataset": "nyc-taxis", "n": 2**18,
              "d": 8, "k": 2, "repeat": r} for r in range(repeats)]
 
 
+def _chi2_fields(res: Any, suffix: str) -> dict[str, Any]:
+    return {f"pvalue{suffix}": res.pvalue, f"critical{suffix}": res.critical_value,
+            f"dependent{suffix}": res.dependent}
+
+
 def _chi2_run(task: dict[str, Any], seed: int) -> list[dict[str, Any]]:
-    from ..applications.association import chi_squared_test
+    from ..applications.association import chi_squared_test, independence_test
     from ..datasets import load
     from ..methods import make
 
@@ -524,10 +534,17 @@ def _chi2_run(task: dict[str, Any], seed: int) -> list[dict[str, Any]]:
                     rows.append(not_run(reasons[meth], **fields))
                     continue
                 res = chi_squared_test(sources[meth].marginal([a, b]), task["n"])
-                rows.append({**fields, "status": "ok", "reason": "", "chi2": res.statistic,
-                             "pvalue": res.pvalue, "dof": res.dof,
-                             "critical": res.critical_value, "dependent": res.dependent,
-                             "correct": res.dependent == (expect == "dependent")})
+                row = {**fields, "status": "ok", "reason": "", "chi2": res.statistic,
+                       "pvalue": res.pvalue, "dof": res.dof, "critical": res.critical_value,
+                       "dependent": res.dependent,
+                       "correct": res.dependent == (expect == "dependent")}
+                if meth != "nonprivate":  # ours: the same statistic against its noisy null
+                    mc = independence_test(sources[meth], [a, b], rng=seed_for(
+                        seed, "mc", task["repeat"], meth, pair))
+                    row.update(_chi2_fields(mc, "_mc"))
+                    asym = independence_test(sources[meth], [a, b], method="asymptotic")
+                    row.update(_chi2_fields(asym, "_asym"))
+                rows.append(row)
             if task["repeat"] == 0:  # the real trips themselves, n = 5,589
                 res = chi_squared_test(trips.marginal([a, b]), trips.n)
                 rows.append({**base, "n": trips.n, "panel": pair, "method": "trips",
@@ -538,17 +555,54 @@ def _chi2_run(task: dict[str, Any], seed: int) -> list[dict[str, Any]]:
     return rows
 
 
+def _chi2_decisions(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per (repeat, pair, method, test) with its decision and the non-private
+    decision of the same repeat and pair (``rejected``, ``nonprivate``: floats 0/1)."""
+    ok = frame[(frame["status"] == "ok") & frame["method"].isin([*CHI2_METHODS, "nonprivate"])]
+    nonpriv = ok[ok["method"] == "nonprivate"].set_index(["repeat", "panel"])["dependent"]
+    parts = []
+    for test, suffix in CHI2_TESTS.items():
+        sub = ok[ok["method"].isin(CHI2_METHODS)][["repeat", "panel", "expected", "method",
+                                                     f"dependent{suffix}"]].dropna()
+        parts.append(sub.rename(columns={f"dependent{suffix}": "rejected"}).assign(test=test))
+    out = pd.concat(parts, ignore_index=True)
+    out["rejected"] = out["rejected"].astype(str).isin(["True", "1", "1.0"]).astype(float)
+    keys = list(zip(out["repeat"], out["panel"], strict=True))
+    out["nonprivate"] = [float(str(nonpriv.get(k)) in ("True", "1", "1.0")) for k in keys]
+    return out
+
+
 def _chi2_plot(frame: pd.DataFrame, out: Path, quick: bool) -> list[Path]:
     sub = frame[frame["method"].isin([*CHI2_METHODS, "nonprivate"])]
     crit = float(frame["critical"].dropna().iloc[0])
-    return [point_panels([Panel(f"{kind} pairs", sub[sub["expected"] == kind])
-                          for kind in ("dependent", "independent")],
-                         out / "cormode-chi2.png", category="panel", y="chi2", hue="method",
-                         hue_order=["nonprivate", *CHI2_METHODS], labels=LABELS, ylog=True,
-                         hline=crit, hline_label=f"critical value {crit:.2f} (1 dof, 95%)",
-                         ylabel="chi-squared statistic",
-                         suptitle="Cormode et al. Fig. 7: chi-squared tests, N = 2^18 taxi "
-                         "trips, eps = ln 3" + (" (quick grid)" if quick else ""))]
+    grid = " (quick grid)" if quick else ""
+    paths = [point_panels([Panel(f"{kind} pairs", sub[sub["expected"] == kind])
+                           for kind in ("dependent", "independent")],
+                          out / "cormode-chi2.png", category="panel", y="chi2", hue="method",
+                          hue_order=["nonprivate", *CHI2_METHODS], labels=LABELS, ylog=True,
+                          hline=crit, hline_label=f"critical value {crit:.2f} (1 dof, 95%)",
+                          ylabel="chi-squared statistic",
+                          suptitle="Cormode et al. Fig. 7: chi-squared tests, N = 2^18 taxi "
+                          "trips, eps = ln 3" + grid)]
+    dec = _chi2_decisions(frame)
+    if len(dec):
+        dec["who"] = dec["method"].map(LABELS) + ", " + dec["test"].map(CHI2_TEST_LABELS)
+        nonpriv = dec.drop_duplicates(["repeat", "panel"]).assign(
+            who="non-private", rejected=lambda f: f["nonprivate"])
+        long = (pd.concat([nonpriv, dec], ignore_index=True)  # one rate per point: no bars
+                .groupby(["expected", "panel", "who"], sort=False)["rejected"].mean()
+                .reset_index().assign(status="ok"))
+        order = ["non-private", *[f"{LABELS[m]}, {t}" for m in CHI2_METHODS
+                                  for t in CHI2_TEST_LABELS.values()]]
+        paths.append(point_panels(
+            [Panel(f"{kind} pairs", long[long["expected"] == kind])
+             for kind in ("dependent", "independent")],
+            out / "cormode-chi2-decisions.png", category="panel", y="rejected", hue="who",
+            hue_order=order, hline=0.05, hline_label="alpha = 0.05",
+            ylabel="fraction of runs rejecting independence",
+            suptitle="Cormode et al. §6.1: the paper's test vs. noise-aware tests, N = 2^18 "
+            "taxi trips, eps = ln 3" + grid))
+    return paths
 
 
 def _chi2_summary(frame: pd.DataFrame, quick: bool) -> str:
@@ -573,8 +627,8 @@ def _chi2_summary(frame: pd.DataFrame, quick: bool) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     c = Check("InpHT's chi2 values are close to the non-private ones (within a factor 2)",
               "§6.1")
-    c2 = Check("private tests reach the expected decision", "§6.1 (the paper's expectation "
-               "for each pair)")
+    c2 = Check("the paper's private tests reach the expected decision", "§6.1 (the paper's "
+               "expectation for each pair)")
     for pair, g in ok.groupby("panel", sort=False):
         npv = g[g["method"] == "nonprivate"]["chi2"].mean()
         ht = g[g["method"] == "inp_ht"]["chi2"].mean()
@@ -584,11 +638,66 @@ def _chi2_summary(frame: pd.DataFrame, quick: bool) -> str:
             s = g[g["method"] == meth]
             if len(s):
                 c2.add(bool(s["correct"].mean() >= 0.5), f"{pair} {LABELS[meth]}")
-    return "\n".join([checks_markdown([c, c2]), "## Chi-squared statistics\n",
+    dec = _chi2_decisions(frame)
+    c3 = Check("the noise-aware (MC) tests reach the expected decision", "§6.1 (the "
+               "paper's expectation for each pair)")
+    for (pair, meth), g in dec[dec["test"] == "mc"].groupby(["panel", "method"], sort=False):
+        want = float(g["expected"].iloc[0] == "dependent")
+        c3.add(bool((g["rejected"] == want).mean() >= 0.5), f"{pair} {LABELS[meth]}")
+    checks = [c, c2, c3]
+    for test in CHI2_TESTS:
+        ck = Check(f"{CHI2_TEST_LABELS[test]}: on the pairs the paper calls independent, the "
+                   "runs where the non-private test does not reject are rejected at most at "
+                   "the level, 5% (+ 2 binomial sd over those runs: a valid 5% test rejects a "
+                   "true null in 5% of runs)", "issue 18")
+        for (pair, meth), g in dec[(dec["test"] == test) & (dec["expected"] == "independent")
+                                   ].groupby(["panel", "method"], sort=False):
+            calm = g[g["nonprivate"] == 0]
+            if len(calm):
+                bound = 0.05 + 2 * math.sqrt(0.05 * 0.95 / len(calm))
+                ck.add(bool(calm["rejected"].mean() <= bound),
+                       f"{pair} {LABELS[meth]}: {calm['rejected'].sum():.0f}/{len(calm)}")
+        checks.append(ck)
+    return "\n".join([checks_markdown(checks), "## Chi-squared statistics\n",
                       "Mean over repeats; the critical value for 1 degree of freedom at 95% is "
                       "3.84; every test uses n = N = 2^18 users (the trips row uses the 5,589 "
-                      "real trips). '(x/y)': runs whose decision matches the expectation.\n",
-                      "\n".join(lines), ""])
+                      "real trips). '(x/y)': runs whose decision (the paper's test) matches "
+                      "the expectation.\n",
+                      "\n".join(lines), "", _chi2_decision_table(frame, dec)])
+
+
+def _chi2_decision_table(frame: pd.DataFrame, dec: pd.DataFrame) -> str:
+    """Rejection rates of every test, and the noise-aware tests' mean critical values."""
+    if not len(dec):
+        return ""
+    ok = frame[(frame["status"] == "ok") & frame["method"].isin(CHI2_METHODS)]
+    head = ["pair", "expected", "non-private rejects"]
+    for meth in CHI2_METHODS:
+        head += [f"{LABELS[meth]}: {t}" for t in ("paper", "MC", "asym.", "MC critical")]
+    lines = ["## Decisions: the paper's test vs. noise-aware tests\n",
+             "Fraction of runs rejecting independence at alpha = 0.05 (x/y: runs). The "
+             "noise-aware tests compare the same statistic with its distribution under "
+             "independence through the mechanism (MC: 999 simulated releases; asym.: "
+             "Gaboardi et al.'s weighted chi-squares); 'MC critical' is the mean "
+             "Monte-Carlo critical value, against the paper's 3.84. Among the runs where "
+             "the non-private test does not reject, the rejections are in brackets.\n",
+             "| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    for pair, g in dec.groupby("panel", sort=False):
+        first = g.drop_duplicates("repeat")
+        cells = [pair, g["expected"].iloc[0],
+                 f"{first['nonprivate'].sum():.0f}/{len(first)}"]
+        for meth in CHI2_METHODS:
+            for test in CHI2_TESTS:
+                s = g[(g["method"] == meth) & (g["test"] == test)]
+                calm = s[s["nonprivate"] == 0]
+                text = f"{s['rejected'].sum():.0f}/{len(s)}" if len(s) else "—"
+                if len(calm) and len(calm) < len(s):
+                    text += f" ({calm['rejected'].sum():.0f}/{len(calm)})"
+                cells.append(text)
+            crit = ok[(ok["panel"] == pair) & (ok["method"] == meth)]["critical_mc"]
+            cells.append(fmt(pd.to_numeric(crit, errors="coerce").mean()))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 CHI2 = Experiment(
@@ -599,10 +708,16 @@ CHI2 = Experiment(
                  "marginals released by InpHT and MargPS at eps = ln 3 from N = 2^18 trips "
                  "(drawn with replacement from the 5,589 taxi trips), on the three pairs the "
                  "paper expects dependent and the three it expects independent, next to the "
-                 "non-private statistic (dpmarginals.applications.chi_squared_test)."),
+                 "non-private statistic: the paper's test, which compares the noisy "
+                 "statistic with the chi-squared critical value "
+                 "(dpmarginals.applications.chi_squared_test), and ours, which compares it "
+                 "with its distribution under independence through the mechanism "
+                 "(independence_test: Monte Carlo, and the asymptotic weighted chi-squares)."),
     tasks=_chi2_tasks, run_task=_chi2_run, plot=_chi2_plot, summarize=_chi2_summary,
-    columns=("chi2", "pvalue", "dof", "critical", "dependent", "correct", "expected"),
-    quick_note="3 repeats.", full_note="10 repeats.",
+    columns=("chi2", "pvalue", "dof", "critical", "dependent", "correct", "expected",
+             "pvalue_mc", "critical_mc", "dependent_mc", "pvalue_asym", "critical_asym",
+             "dependent_asym"),
+    quick_note="10 repeats.", full_note="100 repeats.",
 )
 
 

@@ -10,7 +10,7 @@ from dpmarginals.inference.consistency import (
     max_inconsistency,
 )
 from dpmarginals.inference.maxent import MaxEntInfo, max_entropy
-from dpmarginals.inference.nonneg import norm_cut, norm_sub
+from dpmarginals.inference.nonneg import norm_cut, norm_sub, project_to_simplex
 from dpmarginals.inference.views import View, as_view, project
 
 __all__ = [
@@ -26,4 +26,5 @@ __all__ = [
     "norm_cut",
     "norm_sub",
     "project",
+    "project_to_simplex",
 ]

@@ -13,7 +13,7 @@ import numpy as np
 
 from dpmarginals.core.errors import DPMarginalsError
 
-__all__ = ["norm_cut", "norm_sub"]
+__all__ = ["norm_cut", "norm_sub", "project_to_simplex"]
 
 
 def _check(x: np.ndarray, total: float) -> tuple[np.ndarray, float]:
@@ -98,3 +98,14 @@ def norm_cut(x: np.ndarray, total: float = 1.0) -> np.ndarray:
     out[order[:k]] = flat[order[:k]]
     out[order[k]] = total - (csum[k - 1] if k > 0 else 0.0)
     return out.reshape(arr.shape)
+
+
+def project_to_simplex(values: np.ndarray) -> np.ndarray:
+    """Non-negative fractions summing to 1: a copy of ``values`` if it is one already,
+    otherwise its :func:`norm_sub` (the raw estimates of InpHT, MargPS, FC, ...)."""
+    values = np.asarray(values, dtype=float)
+    if not np.all(np.isfinite(values)):
+        raise DPMarginalsError("the marginal has non-finite cells")
+    if np.all(values >= 0) and abs(values.sum() - 1.0) < 1e-12:
+        return values.copy()
+    return norm_sub(values, 1.0)

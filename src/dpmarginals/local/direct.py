@@ -237,7 +237,7 @@ def release_views(domain: Domain, plan: Plan, views: Sequence[NoisyView], method
                   postprocess: str, inference: str) -> Synopsis:
     """The synopsis of a marginals method's noisy views (``inference``: see
     :data:`VIEW_INFERENCE`; ``postprocess`` applies to "views")."""
-    info = {"plan_hash": plan.hash, **plan.params}
+    info = {"plan_hash": plan.hash, **plan.params, **reporting_groups(plan, views)}
     if inference == "pgm":
         from ..synopsis.stderr import collection_info
         from .calm_pgm import pgm_synopsis
@@ -248,6 +248,16 @@ def release_views(domain: Domain, plan: Plan, views: Sequence[NoisyView], method
         return pgm_synopsis(domain, views, method, info)
     return MarginalsSynopsis(domain, [(v.attributes, v.table) for v in views],
                              [v.variance for v in views], method, info, postprocess)
+
+
+def reporting_groups(plan: Plan, views: Sequence[NoisyView]) -> dict[str, Any]:
+    """``{"collection": [...]}``: every group's attributes, oracle, epsilon and users, what
+    the noise-aware association tests rebuild a measured answer from
+    (:mod:`dpmarginals.applications.release_noise`).  Not ``info["groups"]``, which tells
+    the standard errors that consistency pooled the groups (these methods do not)."""
+    from ..synopsis.stderr import collection_info
+
+    return {"collection": collection_info(plan, views)["groups"]}
 
 
 def reported_views(plan: Plan, counts: Counts) -> list[NoisyView]:
@@ -352,7 +362,7 @@ class FC:
     def release(self, plan: Plan, counts: Counts) -> FullTableSynopsis:
         """The full table unbiased from the collection's counts (then ``postprocess``)."""
         (view,) = reported_views(plan, counts)
-        info = {"plan_hash": plan.hash, **plan.params}
+        info = {"plan_hash": plan.hash, **plan.params, **reporting_groups(plan, [view])}
         return FullTableSynopsis(plan.domain, view.table, self.name, info, self.postprocess)
 
 

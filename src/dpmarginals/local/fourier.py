@@ -83,6 +83,7 @@ __all__ = [
     "coefficient_masks",
     "ht_output_distribution",
     "ht_reports",
+    "query_masks",
     "rr_keep",
 ]
 
@@ -127,6 +128,17 @@ def _local_masks(enc: BinaryEncoding, attrs: Sequence[str]) -> np.ndarray:
     """The mask over ``enc``'s code of every local index 0..2^b-1 of the bits of ``attrs``
     (first attribute most significant: the C order of their binary grid)."""
     return _masks_at(enc.global_bits(attrs))
+
+
+def query_masks(domain: Domain, attrs: Sequence[str]) -> np.ndarray:
+    """The coefficients a marginal over ``attrs`` is made of: the bit mask over the code of
+    ``domain``'s binary encoding of every local index 0..2^b-1 of the bits of ``attrs``
+    (first attribute most significant).
+
+    >>> query_masks(Domain(("a", "b", "c"), (2, 2, 2)), ["c", "a"]).tolist()
+    [0, 1, 4, 5]
+    """
+    return _local_masks(BinaryEncoding(domain), attrs)
 
 
 @functools.lru_cache(maxsize=256)

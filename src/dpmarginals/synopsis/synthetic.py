@@ -10,7 +10,7 @@ A synopsis answers marginals, not records; two ways to turn it into a data set:
   network whose conditionals are marginals of the synopsis:
 
   1. learn the Chow–Liu tree from the synopsis's 2-way marginals
-     (:func:`dpmarginals.applications.chow_liu_tree`) and order the attributes by a
+     (:func:`dpmarginals.inference.chow_liu.chow_liu_tree`) and order the attributes by a
      breadth-first walk from the attribute with the largest total mutual information;
   2. give every attribute up to ``degree`` parents among the attributes before it: its
      tree parent first, then the others by decreasing mutual information with it;
@@ -67,7 +67,7 @@ def sample_marginal(table: MarginalTable, n: int, *, rng: RNGLike = None,
                     labels: Mapping[str, Sequence[str]] | None = None,
                     name: str = "synthetic") -> Dataset:
     """``n`` records drawn i.i.d. from ``table`` (its attributes only), in random order."""
-    from ..applications.association import project_to_simplex
+    from ..inference import project_to_simplex
 
     n = _check_n(n)
     gen = simulation_rng(rng)
@@ -83,7 +83,7 @@ def sample_marginal(table: MarginalTable, n: int, *, rng: RNGLike = None,
 def network(source: object, attributes: Sequence[str] | None = None, degree: int = 2
             ) -> list[tuple[str, tuple[str, ...]]]:
     """The sampling order and each attribute's parents (steps 1-2 of :func:`synthesize`)."""
-    from ..applications.chow_liu import chow_liu_tree, pairwise_mutual_information
+    from ..inference.chow_liu import chow_liu_tree, pairwise_mutual_information
 
     if isinstance(degree, bool) or not isinstance(degree, int | np.integer) or degree < 0:
         raise DPMarginalsError(f"degree must be an integer >= 0 (or None), got {degree!r}")
@@ -139,7 +139,7 @@ def synthesize(synopsis: object, n: int, *, rng: RNGLike = None,
                                labels=labels, name=name)
     codes = np.zeros((n, len(attrs)), dtype=np.int64)
     col = {a: i for i, a in enumerate(attrs)}
-    from ..applications.association import project_to_simplex
+    from ..inference import project_to_simplex
 
     for a, parents in network(synopsis, attrs, int(degree)):
         table = synopsis.marginal([*parents, a])  # type: ignore[attr-defined]
