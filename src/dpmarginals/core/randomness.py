@@ -16,6 +16,7 @@ Two kinds, kept apart on purpose:
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Protocol, TypeAlias, runtime_checkable
 
@@ -90,16 +91,19 @@ class SecureRandom:
         if size is None:
             size = np.broadcast_shapes(low_a.shape, high_a.shape)
         shape = (size,) if isinstance(size, int) else tuple(size)
+        if low_a.ndim == 0 and high_a.ndim == 0:
+            width = int(high_a - low_a).bit_length() - 1
+            if width in (8, 16, 32) and int(high_a - low_a) == 1 << width:
+                # a span of 2^8, 2^16 or 2^32: exactly that many random bits per value
+                count = math.prod(shape)
+                packed = self._words(-(-count * width // 64)).view(f"<u{width // 8}")
+                result = packed[:count].astype(np.int64)
+                if low_a:
+                    result += low_a
+                return result.reshape(shape) if shape else result[0]
         span = np.broadcast_to(high_a - low_a, shape).astype(np.uint64).ravel()
         if (span == 0).any():
             raise ValueError("integers: high must be greater than low")
-        first = int(span[0]) if span.size else 0
-        width = first.bit_length() - 1
-        if width in (8, 16, 32) and first == 1 << width and (span == first).all():
-            # a span of 2^8, 2^16 or 2^32: exactly that many random bits per value
-            packed = self._words(-(-span.size * width // 64)).view(f"<u{width // 8}")
-            result = packed[: span.size].astype(np.int64).reshape(shape)
-            return result + np.broadcast_to(low_a, shape)
         # Accept a 64-bit word w when w < limit, the largest multiple of span <= 2^64.
         limit = np.uint64(2**64 - 1) - (np.uint64(2**64 - 1) % span + np.uint64(1)) % span
         out = np.empty(span.shape, dtype=np.uint64)

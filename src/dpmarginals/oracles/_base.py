@@ -177,7 +177,7 @@ def _grr_coin(p: float, size: int, half: int) -> tuple[int, Fraction]:
     return whole, scaled - whole
 
 
-_BLOCK = 1 << 15  # users randomized per step: the temporaries stay in cache
+_BLOCK = 1 << 17  # users randomized per step: the temporaries stay small
 
 
 def grr_perturb(src: RandomSource, values: np.ndarray, p: float, size: int) -> np.ndarray:
