@@ -371,22 +371,23 @@ def test_grr_one_word_sampler_has_the_exact_law(eps, size):
     assert beta + (1 - beta) / size == p and (1 - beta) / size == (1 - p) / (size - 1)
     value = 0  # the low halves used with the coins give the value L - 1
 
-    def run(words: list[int], tail: list[int]) -> np.ndarray:
-        """Reports for len(words) users, one perturb call per block of users (the sampler
-        draws block by block: a block's words, then its tie-breaking words)."""
+    def run(coins: list[int], lows: list[int], tail: list[int]) -> np.ndarray:
+        """Reports for len(coins) users, one perturb call per block of users (a block
+        draws its coin words, then its low words, then any tie-breaking words)."""
         out = []
-        for start in range(0, len(words), _BLOCK):
-            chunk = words[start : start + _BLOCK]
-            src = _Words(chunk + tail, other=size)  # a redrawn value becomes L: counted
-            out.append(grr_perturb(src, np.full(len(chunk), value), oracle.p, size))
+        for start in range(0, len(coins), _BLOCK):
+            block = slice(start, start + _BLOCK)
+            src = _Words(coins[block] + lows[block] + tail, other=size)  # redrawn -> L
+            out.append(grr_perturb(src, np.full(len(coins[block]), value), oracle.p, size))
         return np.concatenate(out)
 
     scaled = beta * (1 << half)
     whole = int(scaled)
+    every, top = list(range(1 << 16)), [0xFFFF] * (1 << 16)
     if half == 16:
-        kept = run([(c << 16) | 0xFFFF for c in range(1 << 16)], [0])
+        kept = run(every, top, [0])
         assert (kept == value).sum() == whole + (scaled > whole)
-        spread = run([(0xFFFF << 16) | low for low in range(1 << 16)], [])
+        spread = run(top, every, [])
         assert (spread == size).sum() == (1 << 16) % size
         assert (np.bincount(spread[spread < size], minlength=size) == (1 << 16) // size).all()
     else:  # two words per user, the coin's then the low half's: the coin on a 2^-16 grid

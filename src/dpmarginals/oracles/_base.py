@@ -189,7 +189,8 @@ def grr_perturb(src: RandomSource, values: np.ndarray, p: float, size: int) -> n
     (``U < beta``), its low half the uniform value by Lemire's multiply-shift; the rare
     coin that ties with beta's digits draws more digits (:func:`below`) and the rare
     value in the multiply-shift's biased remainder is redrawn, so the law is exactly
-    GRR's for the float ``p``.  A half has 16 bits for L <= 2^16, else 32 (two words).
+    GRR's for the float ``p``.  A half has 16 bits for L <= 2^16 (a block of users draws
+    its coins, then its low halves), else 32.
     """
     if size > 1 << 32:  # not a marginal anyone releases; exact, two draws
         return np.where(below(Fraction(p), values.size, src), values,
@@ -203,15 +204,15 @@ def grr_perturb(src: RandomSource, values: np.ndarray, p: float, size: int) -> n
 def _grr_block(src: RandomSource, values: np.ndarray, p: float, size: int) -> np.ndarray:
     n = values.size
     half = 16 if size <= 1 << 16 else 32
-    if half == 16:
-        word = random_words(src, n, 32)
-        coin, low = word >> 16, word & 0xFFFF
+    if half == 16:  # 32 random bits per report, as two 16-bit words
+        word = random_words(src, 2 * n, 16)
+        coin, low = word[:n], word[n:]
     else:
-        coin, low = random_words(src, n, 32), random_words(src, n, 32).astype(np.uint64)
+        coin, low = random_words(src, n, 32), random_words(src, n, 32)
     if size & (size - 1) == 0:  # a power of two: the top bits of the low half
         index = low >> (half - size.bit_length() + 1)
     else:
-        scaled = low * low.dtype.type(size)
+        scaled = low.astype(np.uint32 if half == 16 else np.uint64) * size
         index = scaled >> half
         biased = np.flatnonzero((scaled & ((1 << half) - 1)) < (1 << half) % size)
         if biased.size:
