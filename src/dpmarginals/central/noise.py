@@ -207,7 +207,7 @@ def laplace_measurement(scale: float) -> Any:
                              dp.l1_distance(T="i64"), scale=float(scale))
 
 
-_PART_ENTRIES = 1 << 15  # a vector is split across threads only in parts at least this long
+_PART_ENTRIES = 1 << 13  # a vector is split across threads only in parts at least this long
 
 
 def _cores() -> int:
