@@ -169,6 +169,17 @@ def test_grr_large_domains_follow_output_distribution(eps, size):
     assert stats.chisquare(observed, np.array(expected) * reports.size).pvalue >= 1e-4
 
 
+def test_grr_beyond_32_bit_domains_keeps_p():
+    # L > 2^32 takes the two-draw path: the value w.p. p (4 sd over 200k reports), and the
+    # other reports spread over the 2^33 values (among ~140k of them ~1.1 pairs coincide
+    # in expectation; 20 would have probability < 1e-15).
+    size, p = 2**33 + 5, 0.3
+    reports = grr_perturb(np.random.default_rng(29), np.zeros(200_000, np.int64), p, size)
+    assert abs((reports == 0).mean() - p) <= 4 * math.sqrt(p * (1 - p) / reports.size)
+    others = reports[reports != 0]
+    assert ((others > 0) & (others < size)).all() and np.unique(others).size > others.size - 20
+
+
 @pytest.mark.parametrize("name", ["oue", "sue"])
 def test_unary_report_bytes_follow_the_product_law(name):
     # L = 20: bytes 0 and 1 hold 8 bits each, byte 2 the own bit (value 19 = bit 3) and

@@ -192,8 +192,9 @@ def grr_perturb(src: RandomSource, values: np.ndarray, p: float, size: int) -> n
     GRR's for the float ``p``.  A half has 16 bits for L <= 2^16 (a block of users draws
     its coins, then its low halves), else 32.
     """
-    if size > 1 << 32:  # not a marginal anyone releases; exact, two draws
-        return np.where(below(Fraction(p), values.size, src), values,
+    if size > 1 << 32:  # not a marginal anyone releases; exact, with two draws
+        beta = (size * Fraction(p) - 1) / (size - 1)
+        return np.where(below(beta, values.size, src), values,
                         np.asarray(src.integers(0, size, size=values.size), dtype=np.int64))
     out = np.empty(values.size, dtype=np.int64)
     for start in range(0, values.size, _BLOCK):
