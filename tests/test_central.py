@@ -33,13 +33,17 @@ from dpmarginals.central import (
     zcdp_epsilon,
     zcdp_rho,
 )
+from dpmarginals.central import noise as noise_module
 from dpmarginals.central.accounting import rdp_epsilon
 from dpmarginals.central.noise import (
     OpenDPNoise,
     SimulationNoise,
+    apply_to_vector,
     dg_log_sf,
     dg_sf,
     dg_threshold,
+    gaussian_measurement,
+    laplace_measurement,
     noise_source,
     sample_binomial,
     sample_dg_tail,
@@ -128,11 +132,13 @@ def test_opendp_measurements_spend_what_the_budget_says():
     dp.enable_features("contrib")
     b = plan_budget(1.0, 1e-6, 3)
     # Stage noise scale sigma * sqrt(Delta); with Delta = 9 one user moves the histogram
-    # by l2 distance 3: OpenDP's own map must give 1 / (2 sigma^2) zCDP.
-    meas = dp.m.make_gaussian(dp.vector_domain(dp.atom_domain(T="i64")),
-                              dp.l2_distance(T="i64"), scale=b.sigmas[0] * 3)
+    # by l2 distance 3: OpenDP's own map of the measurement the release applies must give
+    # 1 / (2 sigma^2) zCDP.
+    meas = gaussian_measurement(b.sigmas[0] * 3)
     assert meas.map(3) == pytest.approx(1 / (2 * b.sigmas[0] ** 2), rel=1e-9)
     assert meas.output_measure == dp.zero_concentrated_divergence()
+    assert meas.input_domain == dp.vector_domain(dp.atom_domain(T="i64"))
+    assert laplace_measurement(4.0).map(2) == pytest.approx(0.5, rel=1e-12)
     # The percentile: OpenDP's exponential mechanism calibrated to epsilon_Q is
     # epsilon_Q-DP, and its zCDP map is epsilon_Q^2 / 8 (what the rdp accountant uses).
     from dpmarginals.central.noise import percentile_candidates
@@ -217,6 +223,35 @@ def test_opendp_noise_is_integer_with_the_right_spread():
     assert abs(x.std() - 10.0) < 0.5  # sd of the sample sd ~ 10 / sqrt(2 * 20000) = 0.05
     values = np.repeat([3, 5, 8], [9000, 900, 100])
     assert noise.percentile(values, 50, 1.0, 100) == 3
+
+
+@needs_opendp
+def test_opendp_noise_on_a_vector_split_across_threads(monkeypatch):
+    # A long vector goes to OpenDP in contiguous parts, one per core, each part noised by
+    # the same measurement: the entries stay in place and the noise is the discrete
+    # Gaussian (chi-square on the cells with >= 20 expected, p >= 1e-4; OpenDP is not
+    # seedable, so a correct sampler fails this about once in 10,000 runs).
+    monkeypatch.setattr(noise_module, "_PART_ENTRIES", 1000)
+    monkeypatch.setattr(noise_module, "_cores", lambda: 2)
+    meas, calls = gaussian_measurement(1.5), []
+
+    def counted(part: np.ndarray) -> list[int]:
+        calls.append(part.size)
+        return meas(part)
+
+    counts = np.arange(30_000, dtype=np.int64) * 100
+    out = apply_to_vector(counted, counts)
+    assert calls == [15_000, 15_000] and out.dtype == np.int64
+    noise = out - counts
+    assert np.abs(noise).max() < 50  # P(|Z| >= 50) < 1e-240 at scale 1.5: order kept
+    z, pmf = _dg_pmf(1.5, -50, 50)
+    keep = pmf * noise.size >= 20
+    observed = np.array([(noise == v).sum() for v in z[keep]])
+    expected = pmf[keep] * noise.size
+    observed = np.append(observed, noise.size - observed.sum())
+    expected = np.append(expected, noise.size - expected.sum())
+    assert stats.chisquare(observed, expected).pvalue > 1e-4
+    assert apply_to_vector(meas, np.zeros(0, np.int64)).size == 0
 
 
 def test_tail_and_binomial_samplers():

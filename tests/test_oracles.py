@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -34,7 +35,9 @@ from dpmarginals.oracles import (
     fwht,
     make_oracle,
 )
+from dpmarginals.oracles._base import _BLOCK, below, grr_perturb
 from dpmarginals.oracles.olh import PRIME
+from dpmarginals.oracles.unary import ByteSampler
 
 NAMES = ["grr", "oue", "olh", "hr", "sue"]
 # (epsilon, true counts): a skewed distribution with an empty cell; n = 1200 and 1000.
@@ -91,7 +94,7 @@ def test_unbiased_and_variance_per_user(name):
     eps, counts = CONFIGS[0]
     oracle = make_oracle(name, eps, counts.size)
     trials = 500
-    supports, n = _trials_per_user(oracle, counts, trials, seed=7)
+    supports, n = _trials_per_user(oracle, counts, trials, seed=8)
     est = oracle.estimate(supports, n)
     truth = counts / n
     var = oracle.variance(n, truth)
@@ -149,6 +152,54 @@ def test_perturb_follows_output_distribution(name):
         probs = _expected_probs(oracle, value)
         observed = np.bincount(_output_index(oracle, reports, value), minlength=probs.size)
         assert stats.chisquare(observed, probs * observed.sum()).pvalue >= 1e-4
+
+
+@pytest.mark.parametrize(("eps", "size"), [(0.5, 1000), (2.0, 70_000)])
+def test_grr_large_domains_follow_output_distribution(eps, size):
+    # L not a power of two (Lemire's rejection) and L > 2^16 (two 32-bit words): 200k
+    # reports of value 7; chi-squared of (value, the other values in 20 equal bins),
+    # p >= 1e-4.
+    oracle = GRR(eps, size)
+    reports = oracle.perturb(np.full(200_000, 7), rng=17)
+    others = np.delete(np.arange(size), 7)
+    bins = np.array_split(others, 20)
+    observed = [(reports == 7).sum()] + [np.isin(reports, b).sum() for b in bins]
+    expected = [oracle.p] + [b.size * oracle.q for b in bins]
+    assert sum(observed) == reports.size
+    assert stats.chisquare(observed, np.array(expected) * reports.size).pvalue >= 1e-4
+
+
+def test_grr_beyond_32_bit_domains_keeps_p():
+    # L > 2^32 takes the two-draw path: the value w.p. p (4 sd over 200k reports), and the
+    # other reports spread over the 2^33 values (among ~140k of them ~1.1 pairs coincide
+    # in expectation; 20 would have probability < 1e-15).
+    size, p = 2**33 + 5, 0.3
+    reports = grr_perturb(np.random.default_rng(29), np.zeros(200_000, np.int64), p, size)
+    assert abs((reports == 0).mean() - p) <= 4 * math.sqrt(p * (1 - p) / reports.size)
+    others = reports[reports != 0]
+    assert ((others > 0) & (others < size)).all() and np.unique(others).size > others.size - 20
+
+
+@pytest.mark.parametrize("name", ["oue", "sue"])
+def test_unary_report_bytes_follow_the_product_law(name):
+    # L = 20: bytes 0 and 1 hold 8 bits each, byte 2 the own bit (value 19 = bit 3) and
+    # four padding bits.  For 100k reports: each full byte's 256 values against the law of
+    # 8 independent Bernoulli(q) bits, and the last byte's 16 values against Bernoulli(q)
+    # bits with bit 3 Bernoulli(p) (chi-squared, cells expecting >= 5, p >= 1e-4 each).
+    oracle = make_oracle(name, 1.0, 20)
+    reports = oracle.perturb(np.full(100_000, 19), rng=23)
+    assert not (reports[:, 2] >> 4).any()
+    bits = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little")
+    for column, width in ((0, 8), (1, 8), (2, 4)):
+        rate = np.full(width, oracle.q)
+        if column == 2:
+            rate[3] = oracle.p
+        law = np.where(bits[: 1 << width, :width], rate, 1 - rate).prod(axis=1)
+        observed = np.bincount(reports[:, column], minlength=1 << width)
+        keep = law * reports.shape[0] >= 5
+        obs = np.append(observed[keep], observed[~keep].sum())
+        exp = np.append(law[keep], law[~keep].sum()) * reports.shape[0]
+        assert stats.chisquare(obs[exp > 0], exp[exp > 0]).pvalue >= 1e-4
 
 
 # --- (4) the per-user path and the exact sampler agree in distribution ----------------------
@@ -220,6 +271,144 @@ def test_sampler_exact_jointly_small_population(name):
     expected = np.concatenate(([expected[:cut].sum()], expected[cut:]))
     observed = np.concatenate(([observed[:cut].sum()], observed[cut:]))
     assert stats.chisquare(observed, expected).pvalue >= 1e-4
+
+
+# --- (4b) the samplers are exact: each output is the inverse CDF at the uniform drawn ------
+
+
+class _Words:
+    """A random source that serves prescribed words, one request at a time (exact tests).
+
+    ``integers(0, 2**b, size=k)`` returns the next ``k`` words of ``stream`` (each must be
+    below 2^b); any other span returns ``other`` (a sentinel the test recognises).
+    """
+
+    def __init__(self, stream, other: int = -1) -> None:
+        self.stream, self.other, self.used = list(stream), other, 0
+
+    def integers(self, low, high=None, size=None):
+        if high is None:
+            low, high = 0, low
+        count = 1 if size is None else int(np.prod(size))
+        if high - low not in (1 << 8, 1 << 16, 1 << 32):
+            return np.full(count, self.other, dtype=np.int64)
+        words = self.stream[self.used : self.used + count]
+        assert len(words) == count, "the sampler asked for more words than prescribed"
+        assert all(0 <= w < high - low for w in words)
+        self.used += count
+        return np.asarray(words, dtype=np.int64) + low
+
+    def random(self, size=None):
+        raise AssertionError("the exact samplers draw only integers")
+
+
+def _decided(words: list[int], bits: list[int], threshold: Fraction) -> bool | None:
+    """[U < threshold] if the given words (of the given widths) decide it, else None."""
+    low, scale = Fraction(0), Fraction(1)
+    for w, b in zip(words, bits, strict=True):
+        scale /= 1 << b
+        low += w * scale
+    if low + scale <= threshold:
+        return True
+    return False if low >= threshold else None
+
+
+@pytest.mark.parametrize("threshold", [Fraction(1, 3), Fraction(5, 8), Fraction(0.2689414213699951),
+                                       Fraction(1, 2**70), Fraction(2**64 - 1, 2**64)])
+def test_below_is_the_exact_comparison(threshold):
+    # below() must return [U < t] for U = 0.w1 w2 ... (32-bit words) as soon as the words
+    # read decide it, and read on only while they tie with t's digits: random words, and
+    # words equal to t's first one or two digit words (the ties).
+    rng = np.random.default_rng(4)
+    digits, rest = [], threshold
+    for _ in range(3):
+        rest *= 1 << 32
+        digits.append(int(rest))
+        rest -= int(rest)
+    streams = [list(rng.integers(0, 2**32, 3)) for _ in range(200)]
+    streams += [[digits[0], *rng.integers(0, 2**32, 2)], [*digits[:2], 0, 0],
+                [*digits[:2], 2**32 - 1, 0], [digits[0], max(digits[1] - 1, 0), 5]]
+    for stream in streams:
+        src = _Words(stream)
+        got = bool(below(threshold, 1, src)[0])
+        read = stream[: src.used]
+        assert _decided(read, [32] * len(read), threshold) == got
+
+
+@pytest.mark.parametrize("q", [1 / (math.e + 1), 1 - 1 / (1 + math.exp(0.5)), 0.01, 0.5, 1e-5])
+def test_byte_sampler_is_the_exact_inverse_cdf(q):
+    # A byte of 8 Bernoulli(q) bits has P(v) = q^|v| (1 - q)^(8 - |v|); the sampler must
+    # return the value whose CDF interval holds U, where U's first 16 bits are the cell
+    # the table index stands for and later words refine it.  Exact, with Fractions: every
+    # straddling cell (random refinement, and refinements that land on a boundary's
+    # 2^-48 cell, which must read on), and random clean cells.
+    sampler = ByteSampler(q)
+    cdf = sampler.cdf
+    weights = [Fraction(q) ** k * (1 - Fraction(q)) ** (8 - k) for k in range(9)]
+    assert all(cdf[v + 1] - cdf[v] == weights[bin(v).count("1")] for v in range(256))
+    assert cdf[-1] == 1
+    straddling = set(sampler.straddling.tolist())
+    order = [c for c in range(1 << 16) if c not in straddling] + sampler.straddling.tolist()
+    rng = np.random.default_rng(5)
+    cases = [[int(i)] for i in rng.integers(0, sampler.clean, 300)]
+    for i in range(sampler.clean, 1 << 16):
+        cell = order[i]
+        cases.append([i, int(rng.integers(0, 2**32)), int(rng.integers(0, 2**32))])
+        for b in cdf[1:-1]:  # a boundary inside this cell: land on its 2^-48 cell
+            fine = (b.numerator << 48) // b.denominator
+            if fine >> 32 == cell:
+                cases.append([i, fine - (cell << 32), *rng.integers(0, 2**32, 2).tolist()])
+    for words in cases:
+        src = _Words(words)
+        value = int(sampler.sample(1, src)[0])
+        read = [order[words[0]], *words[1 : src.used]]
+        bits = [16] + [32] * (src.used - 1)
+        assert _decided(read, bits, cdf[value]) is False  # U >= cdf[value] ...
+        assert _decided(read, bits, cdf[value + 1]) is True  # ... and U < cdf[value + 1]
+
+
+@pytest.mark.parametrize(("eps", "size"),
+                         [(1.0, 4), (1.0, 6), (0.5, 3), (3.0, 1000), (2.0, 70_000)])
+def test_grr_one_word_sampler_has_the_exact_law(eps, size):
+    # A report is the value w.p. beta = (L p - 1) / (L - 1), else uniform over all L:
+    # P(value) = beta + (1 - beta) / L = p and P(other) = (1 - beta) / L = (1 - p) / (L - 1),
+    # exactly for the float p.  Enumerated: every coin word of the high half (the coin is
+    # U < beta; a tie reads one more word, here 0, which decides "kept" iff beta's remainder
+    # is positive) and every low half (Lemire's multiply-shift: each value exactly
+    # floor(2^h / L) times, the 2^h mod L biased ones redrawn).
+    oracle = GRR(eps, size)
+    p, half = Fraction(oracle.p), 16 if size <= 1 << 16 else 32
+    beta = (size * p - 1) / (size - 1)
+    assert beta + (1 - beta) / size == p and (1 - beta) / size == (1 - p) / (size - 1)
+    value = 0  # the low halves used with the coins give the value L - 1
+
+    def run(coins: list[int], lows: list[int], tail: list[int]) -> np.ndarray:
+        """Reports for len(coins) users, one perturb call per block of users (a block
+        draws its coin words, then its low words, then any tie-breaking words)."""
+        out = []
+        for start in range(0, len(coins), _BLOCK):
+            block = slice(start, start + _BLOCK)
+            src = _Words(coins[block] + lows[block] + tail, other=size)  # redrawn -> L
+            out.append(grr_perturb(src, np.full(len(coins[block]), value), oracle.p, size))
+        return np.concatenate(out)
+
+    scaled = beta * (1 << half)
+    whole = int(scaled)
+    every, top = list(range(1 << 16)), [0xFFFF] * (1 << 16)
+    if half == 16:
+        kept = run(every, top, [0])
+        assert (kept == value).sum() == whole + (scaled > whole)
+        spread = run(top, every, [])
+        assert (spread == size).sum() == (1 << 16) % size
+        assert (np.bincount(spread[spread < size], minlength=size) == (1 << 16) // size).all()
+    else:  # two words per user, the coin's then the low half's: the coin on a 2^-16 grid
+        coins = list(range(0, 2**32, 2**16))
+        blocks = [coins[start : start + _BLOCK] for start in range(0, len(coins), _BLOCK)]
+        words = [w for block in blocks for w in [*block, *[2**32 - 1] * len(block)]]
+        src = _Words([*words, 0], other=size)
+        kept = grr_perturb(src, np.full(len(coins), value), oracle.p, size) == value
+        expected = [c < whole or (c == whole and scaled > whole) for c in coins]
+        np.testing.assert_array_equal(kept, expected)
 
 
 def test_hr_sampler_large_domain_fallback():

@@ -47,7 +47,7 @@ from dpmarginals.planning.covering import cover_design
 from dpmarginals.planning.error_model import select_marginals
 from dpmarginals.protocol.plan import GroupSpec, Plan, attribute_names
 
-from .noise import SimulationNoise
+from .noise import SimulationNoise, apply_to_vector, laplace_measurement
 
 __all__ = ["PriView", "discrete_laplace_variance"]
 
@@ -69,15 +69,11 @@ def _rational_scale(m: int, epsilon: float) -> tuple[int, int]:
 
 
 def _opendp_noisy(counts: np.ndarray, scale: float, per_view_epsilon: float) -> np.ndarray:
-    import opendp.prelude as dp
-
-    dp.enable_features("contrib")
-    space = dp.vector_domain(dp.atom_domain(T=int)), dp.l1_distance(T=int)
-    meas = dp.m.make_laplace(*space, scale=scale)
+    meas = laplace_measurement(scale)
     spent = float(meas.map(1))
     if spent > per_view_epsilon * (1 + 1e-9):
         raise DPMarginalsError(f"OpenDP's discrete Laplace spends {spent} > {per_view_epsilon}")
-    return np.asarray(meas([int(c) for c in counts]), dtype=np.int64)
+    return apply_to_vector(meas, counts)
 
 
 def _opendp_available() -> bool:

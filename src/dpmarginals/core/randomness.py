@@ -16,6 +16,7 @@ Two kinds, kept apart on purpose:
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Protocol, TypeAlias, runtime_checkable
 
@@ -26,6 +27,7 @@ __all__ = [
     "RandomSource",
     "SecureRandom",
     "client_rng",
+    "random_words",
     "simulation_rng",
 ]
 
@@ -80,7 +82,8 @@ class SecureRandom:
         high: int | np.ndarray | None = None,
         size: int | tuple[int, ...] | None = None,
     ) -> np.ndarray:
-        """Exactly uniform integers in [low, high) (rejection sampling, no modulo bias)."""
+        """Exactly uniform integers in [low, high): a span of 2^8, 2^16 or 2^32 takes that
+        many bits of the OS words, any other span rejection sampling (no modulo bias)."""
         if high is None:
             low, high = 0, low
         low_a = np.asarray(low, dtype=np.int64)
@@ -88,6 +91,16 @@ class SecureRandom:
         if size is None:
             size = np.broadcast_shapes(low_a.shape, high_a.shape)
         shape = (size,) if isinstance(size, int) else tuple(size)
+        if low_a.ndim == 0 and high_a.ndim == 0:
+            width = int(high_a - low_a).bit_length() - 1
+            if width in (8, 16, 32) and int(high_a - low_a) == 1 << width:
+                # a span of 2^8, 2^16 or 2^32: exactly that many random bits per value
+                count = math.prod(shape)
+                packed = self._words(-(-count * width // 64)).view(f"<u{width // 8}")
+                result = packed[:count].astype(np.int64)
+                if low_a:
+                    result += low_a
+                return result.reshape(shape) if shape else result[0]
         span = np.broadcast_to(high_a - low_a, shape).astype(np.uint64).ravel()
         if (span == 0).any():
             raise ValueError("integers: high must be greater than low")
@@ -102,6 +115,25 @@ class SecureRandom:
             todo = todo[~ok]
         result = out.astype(np.int64).reshape(shape) + np.broadcast_to(low_a, shape)
         return result
+
+
+def random_words(src: RandomSource, count: int, bits: int = 32) -> np.ndarray:
+    """``count`` uniform random words of ``bits`` (8, 16 or 32) bits, as that unsigned dtype.
+
+    A numpy Generator fills them from full 64-bit draws (a view, no per-word call); any
+    other source (:class:`SecureRandom`) through ``integers(0, 2**bits)``.
+
+    >>> w = random_words(np.random.default_rng(0), 5, 16)
+    >>> w.dtype, w.shape
+    (dtype('uint16'), (5,))
+    """
+    if bits not in (8, 16, 32):
+        raise ValueError(f"bits must be 8, 16 or 32, got {bits!r}")
+    dtype = np.dtype(f"<u{bits // 8}")
+    if isinstance(src, np.random.Generator):
+        full = src.integers(0, 2**64, size=-(-count * bits // 64), dtype=np.uint64)
+        return full.view(dtype)[:count]
+    return np.asarray(src.integers(0, 1 << bits, size=count)).astype(dtype)
 
 
 def client_rng(rng: RNGLike = None) -> RandomSource:

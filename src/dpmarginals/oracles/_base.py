@@ -12,13 +12,15 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from fractions import Fraction
+from functools import lru_cache
 from typing import ClassVar
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from ..core.errors import DPMarginalsError, check_epsilon
-from ..core.randomness import RandomSource, RNGLike
+from ..core.randomness import RandomSource, RNGLike, random_words
 
 __all__ = ["FrequencyOracle"]
 
@@ -135,15 +137,96 @@ def parity(x: np.ndarray) -> np.ndarray:
     return x & 1
 
 
-def grr_move(src: RandomSource, hashed: np.ndarray, p: float, g: int) -> np.ndarray:
-    """GRR on [g]: keep each entry w.p. ``p``, else a uniform *other* value (CALM §2.2.1)."""
-    out = hashed.copy()
-    move = np.flatnonzero(src.random(hashed.size) >= p)
-    if move.size:
-        other = np.asarray(src.integers(0, g - 1, size=move.size), dtype=np.int64)
-        other += other >= hashed[move]
-        out[move] = other
+def below(threshold: Fraction, count: int, src: RandomSource) -> np.ndarray:
+    """``count`` exact draws of ``[U < threshold]``, U uniform on [0, 1) (a bool array).
+
+    U's binary digits are drawn 32 at a time and compared with the threshold's (any
+    rational): a draw is decided at its first word that differs from the threshold's,
+    so the result is exactly Bernoulli(threshold); a word ties with probability 2^-32.
+
+    >>> bool(below(Fraction(1, 3), 100_000, np.random.default_rng(0)).mean().round(2) == 0.33)
+    True
+    """
+    rest = Fraction(threshold)
+    if rest <= 0 or rest >= 1:
+        return np.full(count, rest >= 1)
+    out = np.zeros(count, dtype=bool)
+    todo: np.ndarray | None = None  # the draws still tied with the threshold (None: all)
+    while rest:
+        rest *= 1 << 32
+        digit = int(rest)  # the threshold's next 32 binary digits
+        rest -= digit
+        words = random_words(src, count if todo is None else todo.size, 32)
+        if todo is None:
+            out = words < digit
+            tied = np.flatnonzero(words == digit)
+        else:
+            out[todo[words < digit]] = True
+            tied = todo[words == digit]
+        if not tied.size:
+            break
+        todo = tied
+    return out  # a tie on every digit of a finite expansion: U >= threshold
+
+
+@lru_cache(maxsize=256)
+def _grr_coin(p: float, size: int, half: int) -> tuple[int, Fraction]:
+    """``floor(beta 2^half)`` and the remainder, ``beta = (L p - 1) / (L - 1)``."""
+    scaled = (size * Fraction(p) - 1) / (size - 1) * (1 << half)
+    whole = int(scaled)
+    return whole, scaled - whole
+
+
+_BLOCK = 1 << 17  # users randomized per step: the temporaries stay small
+
+
+def grr_perturb(src: RandomSource, values: np.ndarray, p: float, size: int) -> np.ndarray:
+    """GRR on [size]: each value kept w.p. ``p``, else a uniform *other* value (CALM §2.2.1).
+
+    One random word per report: a report is its value w.p. ``beta = (L p - 1) / (L - 1)``
+    and otherwise uniform over all L values (``beta + (1 - beta) / L = p`` and
+    ``(1 - beta) / L = (1 - p) / (L - 1) = q``, exactly).  The word's high half is the coin
+    (``U < beta``), its low half the uniform value by Lemire's multiply-shift; the rare
+    coin that ties with beta's digits draws more digits (:func:`below`) and the rare
+    value in the multiply-shift's biased remainder is redrawn, so the law is exactly
+    GRR's for the float ``p``.  A half has 16 bits for L <= 2^16 (a block of users draws
+    its coins, then its low halves), else 32.
+    """
+    if size > 1 << 32:  # not a marginal anyone releases; exact, with two draws
+        beta = (size * Fraction(p) - 1) / (size - 1)
+        return np.where(below(beta, values.size, src), values,
+                        np.asarray(src.integers(0, size, size=values.size), dtype=np.int64))
+    out = np.empty(values.size, dtype=np.int64)
+    for start in range(0, values.size, _BLOCK):
+        out[start : start + _BLOCK] = _grr_block(src, values[start : start + _BLOCK], p, size)
     return out
+
+
+def _grr_block(src: RandomSource, values: np.ndarray, p: float, size: int) -> np.ndarray:
+    n = values.size
+    half = 16 if size <= 1 << 16 else 32
+    if half == 16:  # 32 random bits per report, as two 16-bit words
+        word = random_words(src, 2 * n, 16)
+        coin, low = word[:n], word[n:]
+    else:
+        coin, low = random_words(src, n, 32), random_words(src, n, 32)
+    if size & (size - 1) == 0:  # a power of two: the top bits of the low half
+        index = low >> (half - size.bit_length() + 1)
+    else:
+        scaled = low.astype(np.uint32 if half == 16 else np.uint64) * size
+        index = scaled >> half
+        biased = np.flatnonzero((scaled & ((1 << half) - 1)) < (1 << half) % size)
+        if biased.size:
+            index[biased] = np.asarray(src.integers(0, size, size=biased.size))
+    whole, fraction = _grr_coin(p, size, half)
+    keep = coin < whole
+    if fraction:
+        tie = np.flatnonzero(coin == whole)
+        if tie.size:
+            keep[tie] = below(fraction, tie.size, src)
+    # index + (value - index) * keep, in the index's unsigned type (np.where would branch)
+    index += (values.astype(index.dtype) - index) * keep
+    return index
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from ._base import (
     as_value,
     as_values,
     check_range,
-    grr_move,
+    grr_perturb,
     grr_probabilities,
 )
 
@@ -61,7 +61,7 @@ class GRR(FrequencyOracle):
     def perturb(self, values: ArrayLike, *, rng: RNGLike = None) -> np.ndarray:
         """Each user's randomized value, shape (n,) int64 (OS entropy when rng is None)."""
         x = as_values(values, self.size)
-        return grr_move(client_rng(rng), x, self.p, self.size)
+        return grr_perturb(client_rng(rng), x, self.p, self.size)
 
     def support(self, reports: ArrayLike) -> np.ndarray:
         """C(v) = number of reports equal to v (one bincount)."""

@@ -35,7 +35,7 @@ from ._base import (
     as_value,
     as_values,
     check_range,
-    grr_move,
+    grr_perturb,
     grr_probabilities,
 )
 
@@ -127,7 +127,7 @@ class OLH(FrequencyOracle):
         src = client_rng(rng)
         a = np.asarray(src.integers(1, PRIME, size=x.size), dtype=np.int64)
         b = np.asarray(src.integers(0, PRIME, size=x.size), dtype=np.int64)
-        y = grr_move(src, (a * x + b) % PRIME % self.g, self.p, self.g)
+        y = grr_perturb(src, (a * x + b) % PRIME % self.g, self.p, self.g)
         return np.column_stack(((a << _SEED_SHIFT) | b, y))
 
     def _decode(self, reports: ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -9,77 +9,133 @@ bit v of a report is bit ``v % 8`` of byte ``v // 8`` (little bit order, as
 the unpacked (n, L) bool/0-1 matrix; ``unpack`` converts.  Stored in Parquet as a
 fixed-size binary column of ceil(L/8) bytes.
 
-Perturbation does not draw L uniforms per user.  The zero bits are Bernoulli(q)
-bits, made 32 at a time by a bit-sliced comparison of a uniform U with q's binary
-expansion (bit = [U < q], decided at the first differing bit): each 32-bit word
-needs ~7 random words in expectation, against 32 uniforms naively, and the result is
-exactly Bernoulli(q) for the float q (no 2^-53 rounding of ``random() < q``).
+Perturbation does not draw L uniforms per user.  The zero bits are made a byte at a
+time (:class:`ByteSampler`): a byte of 8 independent Bernoulli(q) bits is the inverse of
+its exact CDF at a uniform U, and a table over U's first 16 bits answers every U whose
+2^-16 cell lies inside one byte value's interval (all but at most 255 of the 65,536
+cells); a U in one of the others draws 32 more bits (and, in the rare case that still
+straddles, more).  So a byte costs 16 random bits and one table lookup, and its law is
+exactly that of 8 Bernoulli(q) bits for the float q (no rounding of ``random() < q``).
+The own bit is an exact Bernoulli(p) (:func:`~._base.below`).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
+from fractions import Fraction
+from functools import lru_cache
 from typing import ClassVar
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from ..core.errors import DPMarginalsError
-from ..core.randomness import RandomSource, RNGLike, client_rng, simulation_rng
-from ._base import FrequencyOracle, as_counts, as_value, as_values, grr_probabilities
+from ..core.randomness import RandomSource, RNGLike, client_rng, random_words, simulation_rng
+from ._base import FrequencyOracle, as_counts, as_value, as_values, below, grr_probabilities
 
-__all__ = ["OUE", "SUE", "bernoulli_words"]
+__all__ = ["OUE", "SUE", "ByteSampler", "bernoulli_words"]
 
-_WORD = 32
-_ALL_ONES = np.uint32(0xFFFFFFFF)
 _MAX_ENUMERATED_BITS = 16
-_ROWS_PER_CHUNK = 1 << 16
-# _BYTE_BITS[b, t] = bit t of byte b (little bit order)
-_BYTE_BITS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little")
+_CELL_BITS = 16  # the table is indexed by U's first 16 bits
+_FINE_BITS = 48  # a straddling cell is refined to 2^-48 in one vectorized step
+_CHUNK_BYTES = 1 << 17  # bytes sampled per step: the random words stay in cache
+_BLOCK = 1 << 15  # users whose own bit is set per step
+_SUM_ROWS = 255  # unpacked rows summed in uint8 before they are added up
+_SUM_BYTES = 1 << 19  # unpacked bits counted per step
+_ONE_BIT = (1 << np.arange(8)).astype(np.uint8)  # the byte with only bit t set
+_POPCOUNT = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).sum(axis=1)
 
 
-def _binary_expansion(prob: float) -> list[int]:
-    """The (finite) binary digits of a float in [0, 1), most significant first."""
-    num, den = float(prob).as_integer_ratio()
-    m = den.bit_length() - 1
-    return [(num >> (m - k)) & 1 for k in range(1, m + 1)]
+def _ceil_scaled(x: Fraction, bits: int) -> int:
+    return -((-x.numerator << bits) // x.denominator)
+
+
+def _floor_scaled(x: Fraction, bits: int) -> int:
+    return (x.numerator << bits) // x.denominator
+
+
+class ByteSampler:
+    """Bytes of 8 independent, exactly Bernoulli(``prob``) bits (see the module docstring).
+
+    ``cdf[v]`` = P(byte < v) (exact rationals; value v has probability
+    ``prob^popcount(v) (1 - prob)^(8 - popcount(v))``).  ``table[i]`` for ``i < clean``
+    is the value of the i-th cell (of 2^-16) that lies inside one value's interval; index
+    ``i >= clean`` stands for the straddling cell ``straddling[i - clean]`` (a bijection of
+    the 16-bit index, so the cell is still uniform).
+
+    >>> s = ByteSampler(0.25)
+    >>> bits = np.unpackbits(s.sample(1 << 16, np.random.default_rng(1)))
+    >>> bool(abs(bits.mean() - 0.25) < 0.005)
+    True
+    """
+
+    def __init__(self, prob: float) -> None:
+        q = Fraction(prob)
+        weights = [q**k * (1 - q) ** (8 - k) for k in range(9)]
+        cdf = [Fraction(0)]
+        for v in range(256):
+            cdf.append(cdf[-1] + weights[_POPCOUNT[v]])
+        self.cdf = cdf  # cdf[256] == 1 exactly
+        cells = 1 << _CELL_BITS
+        first = [_ceil_scaled(c, _CELL_BITS) for c in cdf[:-1]]  # first cell inside value v
+        end = [_floor_scaled(c, _CELL_BITS) for c in cdf[1:]]  # first cell past value v
+        inside = np.maximum(np.asarray(end) - np.asarray(first), 0)
+        owner = np.full(cells, -1, dtype=np.int64)
+        for v in np.flatnonzero(inside):
+            owner[first[v]:end[v]] = v
+        self.clean = int(inside.sum())
+        self.table = np.zeros(cells, dtype=np.uint8)
+        self.table[: self.clean] = np.repeat(np.arange(256), inside)
+        self.straddling = np.flatnonzero(owner < 0).astype(np.int64)
+        self.fine_first = np.array([_ceil_scaled(c, _FINE_BITS) for c in cdf[:-1]], np.int64)
+        self.fine_end = np.array([_floor_scaled(c, _FINE_BITS) for c in cdf[1:]], np.int64)
+
+    def sample(self, count: int, src: RandomSource, out: np.ndarray | None = None) -> np.ndarray:
+        """``count`` bytes (uint8) of independent Bernoulli(prob) bits (into ``out``)."""
+        index = random_words(src, count, _CELL_BITS)
+        out = self.table.take(index, out=out)
+        late = np.flatnonzero(index >= self.clean)
+        if late.size:
+            out[late] = self._straddling(index[late].astype(np.int64) - self.clean, src)
+        return out
+
+    def _straddling(self, which: np.ndarray, src: RandomSource) -> np.ndarray:
+        """The byte for U in straddling cells ``which``: U refined by 32 more bits."""
+        fine = (self.straddling[which] << 32) + random_words(src, which.size, 32)
+        value = np.searchsorted(self.fine_first, fine, side="right") - 1
+        open_ = np.flatnonzero(fine >= self.fine_end[value])  # the 2^-48 cell still straddles
+        for i in open_:
+            value[i] = self._exact(int(fine[i]), src)
+        return value.astype(np.uint8)
+
+    def _exact(self, prefix: int, src: RandomSource) -> int:
+        """The value for U in [prefix, prefix + 1) / 2^48, drawing 32 bits at a time."""
+        bits = _FINE_BITS
+        while True:
+            low = Fraction(prefix, 1 << bits)
+            value = bisect_right(self.cdf, low) - 1
+            if Fraction(prefix + 1, 1 << bits) <= self.cdf[value + 1]:
+                return value
+            prefix = (prefix << 32) + int(random_words(src, 1, 32)[0])
+            bits += 32
+
+
+@lru_cache(maxsize=64)
+def byte_sampler(prob: float) -> ByteSampler:
+    """The (cached) :class:`ByteSampler` of ``prob``: built once per probability."""
+    return ByteSampler(prob)
 
 
 def bernoulli_words(prob: float, count: int, src: RandomSource) -> np.ndarray:
     """``count`` uint32 words of independent, exactly Bernoulli(prob) bits.
-
-    Bit-sliced comparison U < prob, most significant digit first: a bit still tied
-    with prob's prefix is decided by the next random bit (1 if it is 0 where prob's
-    digit is 1, 0 if it is 1 where the digit is 0).  Only words with undecided bits
-    draw again, so the expected cost is ~7 random words per output word.
 
     >>> import numpy as np
     >>> w = bernoulli_words(0.25, 4096, np.random.default_rng(1))
     >>> bool(abs(np.unpackbits(w.view(np.uint8)).mean() - 0.25) < 0.01)
     True
     """
-    out = np.zeros(count, dtype=np.uint32)
-    undecided = np.full(count, _ALL_ONES, dtype=np.uint32)
-    where: np.ndarray | None = None  # indices of undecided words once compacted
-    for digit in _binary_expansion(prob):
-        if undecided.size == 0:
-            break
-        u = np.asarray(src.integers(0, 1 << _WORD, size=undecided.size)).astype(np.uint32)
-        if digit:
-            decided_one = undecided & ~u
-            if where is None:
-                out |= decided_one
-            else:
-                out[where] |= decided_one
-            undecided &= u
-        else:
-            undecided &= ~u
-        live = np.count_nonzero(undecided)
-        if live < undecided.size // 2:
-            keep = np.flatnonzero(undecided)
-            where = keep if where is None else where[keep]
-            undecided = undecided[keep]
-    return out
+    return byte_sampler(float(prob)).sample(4 * count, src).view(np.uint32)
 
 
 @dataclass(frozen=True)
@@ -100,17 +156,27 @@ class _UnaryEncoding(FrequencyOracle):
         """Packed noisy one-hot vectors, uint8 (n, ceil(L/8)) (OS entropy when rng is None)."""
         x = as_values(values, self.size)
         src = client_rng(rng)
-        n, words_per_user = x.size, (self.size + _WORD - 1) // _WORD
-        words = bernoulli_words(self.q, n * words_per_user, src).reshape(n, words_per_user)
-        if self.size % _WORD:
-            words[:, -1] &= np.uint32((1 << (self.size % _WORD)) - 1)
-        own = (src.random(n) < self.p).astype(np.uint32)
-        flat = words.reshape(-1)
-        at = np.arange(0, n * words_per_user, words_per_user) + x // _WORD
-        shift = (x % _WORD).astype(np.uint32)
-        flat[at] = (flat[at] & ~(np.uint32(1) << shift)) | (own << shift)
-        as_bytes = words.astype("<u4", copy=False).view(np.uint8).reshape(n, 4 * words_per_user)
-        return np.ascontiguousarray(as_bytes[:, : self.report_bytes])
+        width = self.report_bytes
+        out = np.empty((x.size, width), dtype=np.uint8)
+        flat, zeros = out.reshape(-1), byte_sampler(self.q)
+        for start in range(0, flat.size, _CHUNK_BYTES):  # every bit Bernoulli(q)
+            zeros.sample(min(_CHUNK_BYTES, flat.size - start), src,
+                         out=flat[start : start + _CHUNK_BYTES])
+        pad = np.uint8((1 << (self.size % 8)) - 1) if self.size % 8 else None
+        # the own bit, Bernoulli(q) so far, becomes Bernoulli(p) when OR-ed with an independent
+        # Bernoulli((p - q) / (1 - q)): 1 - (1 - q)(1 - (p - q) / (1 - q)) = p (p >= q here)
+        q = Fraction(self.q)
+        extra = (Fraction(self.p) - q) / (1 - q)
+        starts = np.arange(0, min(x.size, _BLOCK) * width, width)
+        for start in range(0, x.size, _BLOCK):
+            block, v = out[start : start + _BLOCK], x[start : start + _BLOCK]
+            if pad is not None:  # padding bits are 0
+                block[:, -1] &= pad
+            hit = np.flatnonzero(below(extra, v.size, src))
+            at = starts[hit] + (v[hit] >> 3)
+            cells = block.reshape(-1)
+            cells[at] |= _ONE_BIT.take(v[hit] & 7)
+        return out
 
     def unpack(self, reports: ArrayLike) -> np.ndarray:
         """Packed reports -> (n, L) bool bit matrix."""
@@ -134,23 +200,28 @@ class _UnaryEncoding(FrequencyOracle):
     def support(self, reports: ArrayLike) -> np.ndarray:
         """C(v) = number of reports with bit v set.
 
-        Packed reports: one bincount of (byte column, byte value) pairs, then a
-        256 x 8 bit table; unpacked (n, L) 0/1 matrices: a column sum.
+        Packed reports are unpacked a cache-sized block of rows at a time and summed in
+        uint8 over runs of 255 rows (no overflow), then in int64; unpacked (n, L) 0/1
+        matrices: a column sum.
         """
         arr = np.asarray(reports)
         if arr.ndim == 2 and arr.shape[1] == self.size and arr.dtype.kind in "biu":
             if arr.dtype != bool and arr.size and arr.max() > 1:
                 raise DPMarginalsError(f"{self.name} bit-matrix reports must be 0/1")
             return arr.sum(axis=0, dtype=np.int64)
-        packed = self._packed(arr)
-        width = self.report_bytes
-        per_byte = np.zeros((width, 256), dtype=np.int64)
-        offsets = np.arange(width, dtype=np.intp) * 256
-        for start in range(0, packed.shape[0], _ROWS_PER_CHUNK):
-            chunk = packed[start : start + _ROWS_PER_CHUNK]
-            idx = (chunk + offsets).ravel()  # promotes uint8 -> intp
-            per_byte += np.bincount(idx, minlength=width * 256).reshape(width, 256)
-        return (per_byte @ _BYTE_BITS).ravel()[: self.size]
+        packed = np.ascontiguousarray(self._packed(arr))
+        columns = 8 * self.report_bytes  # padding bits included: they are 0
+        total = np.zeros(columns, dtype=np.int64)
+        rows = _SUM_ROWS * max(1, _SUM_BYTES // (_SUM_ROWS * columns))
+        for start in range(0, packed.shape[0], rows):
+            chunk = packed[start : start + rows]
+            bits = np.unpackbits(chunk.reshape(-1), bitorder="little").reshape(-1, columns)
+            runs = bits.shape[0] // _SUM_ROWS * _SUM_ROWS
+            if runs:  # 255 stacked slabs of rows, added up elementwise in uint8
+                slabs = bits[:runs].reshape(_SUM_ROWS, -1).sum(axis=0, dtype=np.uint8)
+                total += slabs.reshape(-1, columns).sum(axis=0, dtype=np.int64)
+            total += bits[runs:].sum(axis=0, dtype=np.int64)
+        return total[: self.size]
 
     def output_distribution(self, value: int) -> np.ndarray:
         """P[report = y | value] for all 2^L reports (L <= 16).
