@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +16,7 @@ from .errors import DPMarginalsError
 from .randomness import RNGLike, simulation_rng
 from .table import MarginalTable
 
-__all__ = ["Dataset", "code_dtype"]
+__all__ = ["Dataset", "cell_indices", "code_dtype"]
 
 
 def code_dtype(sizes: Sequence[int]) -> np.dtype:
@@ -45,6 +46,8 @@ class Dataset:
     name: str = "data"
     domain_from_data: bool = False
     """True when the domain was read off these records (it then reveals their values)."""
+    _source: tuple[np.ndarray, np.ndarray] | None = field(default=None, init=False,
+                                                          repr=False, compare=False)
 
     def __post_init__(self) -> None:
         codes = np.asarray(self.codes)
@@ -59,9 +62,24 @@ class Dataset:
         object.__setattr__(self, "codes", codes.astype(code_dtype(self.domain.sizes), copy=False))
         if self.labels:  # value names given apart from the domain join it
             object.__setattr__(self, "domain", self.domain.with_labels(self.labels))
-        object.__setattr__(self, "labels", {
-            a: lab.names for a, lab in zip(self.domain.attributes, self.domain.labels,
-                                           strict=True) if lab is not None})
+        object.__setattr__(self, "labels", _labels_of(self.domain))
+        object.__setattr__(self, "_source", None)
+
+    @classmethod
+    def _derived(cls, codes: np.ndarray, domain: Domain, of: Dataset,
+                 source: tuple[np.ndarray, np.ndarray] | None = None) -> Dataset:
+        """A subset or projection of the validated Dataset ``of``: its codes are trusted
+        (validated once, where the data came in), not checked again row by row.
+
+        ``source = (base, rows)``: these users are ``base[rows]`` (rows drawn from a smaller
+        validated table, as :meth:`sample` does), which lets :meth:`counts` count the base
+        rows once, weighted by how often each was drawn."""
+        ds = object.__new__(cls)
+        for key, value in (("codes", codes), ("domain", domain), ("labels", _labels_of(domain)),
+                           ("name", of.name), ("domain_from_data", of.domain_from_data),
+                           ("_source", source)):
+            object.__setattr__(ds, key, value)
+        return ds
 
     # -- basic properties --------------------------------------------------------
     @property
@@ -81,18 +99,29 @@ class Dataset:
     # -- marginals --------------------------------------------------------------
     def cell_indices(self, attrs: Sequence[str]) -> np.ndarray:
         """Each user's flat cell index in the marginal over ``attrs`` (C order)."""
-        idx = self.domain.indices(attrs)
-        sizes = [self.domain.sizes[i] for i in idx]
-        flat = np.zeros(self.n, dtype=np.int64)
-        for i, s in zip(idx, sizes, strict=True):
-            flat *= s
-            flat += self.codes[:, i]
-        return flat
+        return cell_indices(self.codes, self.domain.indices(attrs), self.domain.sizes,
+                            dtype=np.int64)
 
     def counts(self, attrs: Sequence[str]) -> np.ndarray:
         """Exact counts of the marginal over ``attrs``, shaped by their sizes."""
         sub = self.domain.project(attrs)
-        return np.bincount(self.cell_indices(attrs), minlength=sub.cells()).reshape(sub.shape)
+        source = self._source
+        if source is not None and len(source[0]) < self.n:  # count each drawn row once
+            base, _ = source
+            cells = cell_indices(base, self.domain.indices(attrs), self.domain.sizes)
+            counts = np.bincount(cells, self._draws(), minlength=sub.cells())
+            return counts.astype(np.int64).reshape(sub.shape)
+        cells = cell_indices(self.codes, self.domain.indices(attrs), self.domain.sizes)
+        return np.bincount(cells, minlength=sub.cells()).reshape(sub.shape)
+
+    def _draws(self) -> np.ndarray:
+        """How many times each row of the source table was drawn (computed once)."""
+        draws = self.__dict__.get("_draws_cache")
+        if draws is None:
+            base, rows = self._source  # type: ignore[misc]
+            draws = np.bincount(rows, minlength=len(base)).astype(np.float64)
+            object.__setattr__(self, "_draws_cache", draws)
+        return draws
 
     def marginal(self, attrs: Sequence[str]) -> MarginalTable:
         """The exact (non-private) marginal table over ``attrs``."""
@@ -104,12 +133,19 @@ class Dataset:
     def project(self, attrs: Sequence[str]) -> Dataset:
         """Keep only the columns ``attrs`` (in that order)."""
         idx = list(self.domain.indices(attrs))
-        return Dataset(self.codes[:, idx], self.domain.project(attrs), name=self.name,
-                       domain_from_data=self.domain_from_data)
+        source = None if self._source is None else (self._source[0][:, idx], self._source[1])
+        return Dataset._derived(self.codes[:, idx], self.domain.project(attrs), self, source)
 
     def take(self, rows: np.ndarray) -> Dataset:
-        return Dataset(self.codes[rows], self.domain, name=self.name,
-                       domain_from_data=self.domain_from_data)
+        """The users ``rows`` (indices or a boolean mask), in that order."""
+        rows = np.asarray(rows)
+        if rows.dtype == bool:
+            rows = np.flatnonzero(rows)
+        if self._source is not None:  # still drawn from the same small table
+            source = (self._source[0], self._source[1][rows])
+        else:  # remember the table only when these users outnumber its rows
+            source = (self.codes, rows) if len(rows) > self.n else None
+        return Dataset._derived(self.codes[rows], self.domain, self, source)
 
     def sample(self, n: int, *, rng: RNGLike = None, replace: bool = True) -> Dataset:
         """``n`` users drawn from the rows (with replacement by default)."""
@@ -119,7 +155,7 @@ class Dataset:
             raise DPMarginalsError(f"cannot draw n={n} rows without replacement from {self.n}")
         gen = simulation_rng(rng)
         rows = gen.integers(0, self.n, size=n) if replace else gen.permutation(self.n)[:n]
-        return self.take(rows)
+        return self.take(rows.astype(np.int32 if self.n < 2**31 else np.int64))
 
     # -- conversion --------------------------------------------------------------
     def to_frame(self, *, labels: bool = False) -> pd.DataFrame:
@@ -194,6 +230,34 @@ class Dataset:
         self.to_frame().to_csv(path, index=False)
         if domain_path is not None:
             self.domain.save(domain_path)
+
+
+def cell_indices(codes: np.ndarray, columns: Sequence[int], sizes: Sequence[int], *,
+                 dtype: type[np.integer] | None = None) -> np.ndarray:
+    """Each row's flat (C-order) cell index in the marginal over ``columns`` of ``codes``.
+
+    ``dtype`` None: the smallest unsigned type that holds every index (for counting; less
+    memory traffic than int64 on large data).
+
+    >>> cell_indices(np.array([[0, 1, 2], [1, 0, 1]]), [2, 0], [2, 2, 3]).tolist()
+    [4, 3]
+    """
+    dims = [int(sizes[i]) for i in columns]
+    if dtype is None:
+        cells = math.prod(dims)
+        dtype = np.uint8 if cells <= 2**8 else np.uint16 if cells <= 2**16 else \
+            np.uint32 if cells <= 2**32 else np.int64
+    flat = np.zeros(len(codes), dtype=dtype)
+    for i, s in zip(columns, dims, strict=True):
+        if s > 1:
+            flat *= dtype(s)
+            np.add(flat, codes[:, i], out=flat, casting="unsafe")  # codes < s: no overflow
+    return flat
+
+
+def _labels_of(domain: Domain) -> dict[str, tuple[str, ...]]:
+    return {a: lab.names for a, lab in zip(domain.attributes, domain.labels, strict=True)
+            if lab is not None}
 
 
 def _as_domain(spec: str | Path | Mapping | Domain) -> Domain:

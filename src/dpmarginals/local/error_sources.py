@@ -16,13 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
 from ..core.dataset import Dataset
 from ..core.randomness import RNGLike, simulation_rng
 from ..inference.views import NoisyView
 from ..protocol.plan import Plan
-from .collect import assign_groups
+from .collect import split_groups
 
 __all__ = ["noiseless_views", "population_views", "split_error"]
 
@@ -36,10 +34,10 @@ def noiseless_views(data: Dataset, plan: Plan, *, rng: RNGLike) -> list[NoisyVie
     Each view claims the variance of its sampling error (~1/(n_g L) per cell), so that
     inference weighs the views as it would weigh noisy ones of that quality.
     """
-    groups = assign_groups(data.n, plan.m, rng=simulation_rng(rng))
+    rows, bounds = split_groups(data.n, plan.m, rng=simulation_rng(rng))
     views = []
     for g, spec in enumerate(plan.groups):
-        members = data.take(np.flatnonzero(groups == g))
+        members = data.take(rows[bounds[g]:bounds[g + 1]])
         table = members.marginal(spec.attributes).values
         views.append(NoisyView(spec.attributes, table, members.n, 1.0 / (members.n * table.size)))
     return views
