@@ -200,6 +200,12 @@ def _negative_mass(x: np.ndarray) -> float:
     return -float(np.minimum(x, 0.0).sum())
 
 
+def _dot(a: np.ndarray, b: np.ndarray) -> float:
+    """``a . b`` by numpy's own summation: BLAS's threaded dot products of this size run
+    10-30x slower on a loaded machine (the benchmarks run on shared ones)."""
+    return float(np.add.reduce(a * b))
+
+
 class _Anderson:
     """Type-II Anderson acceleration of a fixed-point iteration ``s -> F(s)`` (Walker & Ni
     2011): the next point combines the last ``memory`` images, with the weights that
@@ -207,29 +213,35 @@ class _Anderson:
 
     def __init__(self, memory: int) -> None:
         self.memory = memory
-        self.points: list[np.ndarray] = []
-        self.residuals: list[np.ndarray] = []
+        self.last: tuple[np.ndarray, np.ndarray] | None = None  # (point, residual)
+        self.d_s: list[np.ndarray] = []  # differences of successive points
+        self.d_g: list[np.ndarray] = []  # ... and of their residuals
 
     def step(self, s: np.ndarray, image: np.ndarray) -> np.ndarray:
         g = image - s
-        if self.residuals and float(g @ g) > 1e4 * float(self.residuals[-1] @ self.residuals[-1]):
-            self.points, self.residuals = [], []  # diverging: restart from the plain step
-        self.points.append(s)
-        self.residuals.append(g)
-        if len(self.points) > self.memory + 1:
-            self.points.pop(0)
-            self.residuals.pop(0)
-        if len(self.points) == 1:
+        if self.last is not None:
+            if _dot(g, g) > 1e4 * _dot(self.last[1], self.last[1]):
+                self.d_s, self.d_g = [], []  # diverging: restart from the plain step
+            else:
+                self.d_s.append(s - self.last[0])
+                self.d_g.append(g - self.last[1])
+                if len(self.d_s) > self.memory:
+                    self.d_s.pop(0)
+                    self.d_g.pop(0)
+        self.last = (s, g)
+        if not self.d_g:
             return image
-        d_g = np.diff(np.array(self.residuals), axis=0)
-        d_s = np.diff(np.array(self.points), axis=0)
-        gram = d_g @ d_g.T
+        gram = np.array([[_dot(a, b) for b in self.d_g] for a in self.d_g])
         ridge = 1e-12 * float(np.trace(gram)) + 1e-300
         try:
-            gamma = np.linalg.solve(gram + ridge * np.eye(len(gram)), d_g @ g)
+            gamma = np.linalg.solve(gram + ridge * np.eye(len(gram)),
+                                    [_dot(a, g) for a in self.d_g])
         except np.linalg.LinAlgError:
             return image
-        return image - gamma @ (d_s + d_g)
+        out = image.copy()
+        for c, a, b in zip(gamma, self.d_s, self.d_g, strict=True):
+            out -= c * (a + b)
+        return out
 
 
 def make_consistent(views: Sequence[Any], sizes: Sequence[int], *,
@@ -333,10 +345,10 @@ def make_consistent(views: Sequence[Any], sizes: Sequence[int], *,
         x = np.maximum(x, 0.0)  # rounding only: the mixed cells are >= 0 in exact arithmetic
     incons = lattice.inconsistency(x, total)
     converged = converged and incons <= tol
-    objective = 0.5 * float(rho[lattice.view_of] @ (x - y) ** 2)
+    w = rho[lattice.view_of]
+    objective = 0.5 * _dot(w, (x - y) ** 2)
     dual_x = lattice.project(y + nu, total)
-    dual = 0.5 * float(rho[lattice.view_of] @ (dual_x - y) ** 2) - float(
-        rho[lattice.view_of] @ (nu * dual_x))
+    dual = 0.5 * _dot(w, (dual_x - y) ** 2) - _dot(w, nu * dual_x)
     gap = max(objective - dual, 0.0) / objective if objective > 0 else 0.0
     min_cell = float(x.min())
     if not converged:
