@@ -16,7 +16,7 @@ from .errors import DPMarginalsError
 from .randomness import RNGLike, simulation_rng
 from .table import MarginalTable
 
-__all__ = ["Dataset", "cell_indices", "code_dtype"]
+__all__ = ["Dataset", "cell_indices", "code_dtype", "take_rows"]
 
 
 def code_dtype(sizes: Sequence[int]) -> np.dtype:
@@ -145,7 +145,7 @@ class Dataset:
             source = (self._source[0], self._source[1][rows])
         else:  # remember the table only when these users outnumber its rows
             source = (self.codes, rows) if len(rows) > self.n else None
-        return Dataset._derived(self.codes[rows], self.domain, self, source)
+        return Dataset._derived(take_rows(self.codes, rows), self.domain, self, source)
 
     def sample(self, n: int, *, rng: RNGLike = None, replace: bool = True) -> Dataset:
         """``n`` users drawn from the rows (with replacement by default)."""
@@ -253,6 +253,19 @@ def cell_indices(codes: np.ndarray, columns: Sequence[int], sizes: Sequence[int]
             flat *= dtype(s)
             np.add(flat, codes[:, i], out=flat, casting="unsafe")  # codes < s: no overflow
     return flat
+
+
+def take_rows(codes: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``codes[rows]`` for a C-contiguous ``(n, d)`` array, each row moved as one item
+    (numpy's fancy indexing moves a 2-D array element by element: 2-3x slower).
+
+    >>> take_rows(np.arange(6, dtype=np.uint8).reshape(3, 2), np.array([2, 0])).tolist()
+    [[4, 5], [0, 1]]
+    """
+    if codes.ndim != 2 or not codes.flags.c_contiguous or codes.shape[1] == 0:
+        return codes[rows]
+    as_items = codes.view(np.dtype((np.void, codes.shape[1] * codes.itemsize))).reshape(-1)
+    return as_items[rows].view(codes.dtype).reshape(-1, codes.shape[1])
 
 
 def _labels_of(domain: Domain) -> dict[str, tuple[str, ...]]:

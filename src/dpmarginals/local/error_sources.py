@@ -16,11 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from ..core.dataset import Dataset
 from ..core.randomness import RNGLike, simulation_rng
 from ..inference.views import NoisyView
 from ..protocol.plan import Plan
-from .collect import split_groups
+from .collect import assign_groups
 
 __all__ = ["noiseless_views", "population_views", "split_error"]
 
@@ -34,10 +36,10 @@ def noiseless_views(data: Dataset, plan: Plan, *, rng: RNGLike) -> list[NoisyVie
     Each view claims the variance of its sampling error (~1/(n_g L) per cell), so that
     inference weighs the views as it would weigh noisy ones of that quality.
     """
-    rows, bounds = split_groups(data.n, plan.m, rng=simulation_rng(rng))
+    groups = assign_groups(data.n, plan.m, rng=simulation_rng(rng))
     views = []
     for g, spec in enumerate(plan.groups):
-        members = data.take(rows[bounds[g]:bounds[g + 1]])
+        members = data.take(np.flatnonzero(groups == g))
         table = members.marginal(spec.attributes).values
         views.append(NoisyView(spec.attributes, table, members.n, 1.0 / (members.n * table.size)))
     return views

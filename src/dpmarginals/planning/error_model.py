@@ -53,7 +53,6 @@ choice is marked "Algorithm 1 note" in the code):
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
