@@ -35,22 +35,29 @@ class Dataset:
     ``labels`` optionally maps an attribute to the human-readable name of each code; they
     join the domain (``domain.labels``), and ``labels`` reads them back from it.
 
+    Codes are validated once, when a Dataset is made from them; its subsets, projections
+    and samples are trusted.  Users drawn from a smaller table (:meth:`sample`, or any
+    :meth:`take` of more rows than there are) are kept as that table and the drawn row
+    numbers (:attr:`drawn_from`): 4 bytes a user instead of d; ``codes`` is built only if
+    asked for, and counting reads the small table.
+
     >>> ds = Dataset(np.array([[0, 1], [1, 1], [1, 0]]), Domain(("a", "b"), (2, 2)))
     >>> ds.marginal(["b"]).values
     array([0.33333333, 0.66666667])
+    >>> big = ds.sample(1000, rng=0)
+    >>> big.drawn_from is not None, big.n, big.counts(["a", "b"]).sum()
+    (True, 1000, np.int64(1000))
     """
 
-    codes: np.ndarray
+    codes: np.ndarray = field(repr=False)
     domain: Domain
     labels: Mapping[str, Sequence[str]] = field(default_factory=dict)
     name: str = "data"
     domain_from_data: bool = False
     """True when the domain was read off these records (it then reveals their values)."""
-    _source: tuple[np.ndarray, np.ndarray] | None = field(default=None, init=False,
-                                                          repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        codes = np.asarray(self.codes)
+        codes = np.asarray(self.__dict__["_codes"])
         if codes.ndim != 2 or codes.shape[1] != len(self.domain):
             raise DPMarginalsError(
                 f"codes must be an (n, {len(self.domain)}) array, got shape {codes.shape}"
@@ -59,32 +66,35 @@ class Dataset:
         if codes.size and not integral and not np.array_equal(codes, np.round(codes)):
             raise DPMarginalsError("codes must be integers")
         self.domain.validate_codes(codes)
-        object.__setattr__(self, "codes", codes.astype(code_dtype(self.domain.sizes), copy=False))
+        self.__dict__["_codes"] = codes.astype(code_dtype(self.domain.sizes), copy=False)
+        self.__dict__["_drawn"] = None
         if self.labels:  # value names given apart from the domain join it
             object.__setattr__(self, "domain", self.domain.with_labels(self.labels))
         object.__setattr__(self, "labels", _labels_of(self.domain))
-        object.__setattr__(self, "_source", None)
 
     @classmethod
-    def _derived(cls, codes: np.ndarray, domain: Domain, of: Dataset,
-                 source: tuple[np.ndarray, np.ndarray] | None = None) -> Dataset:
-        """A subset or projection of the validated Dataset ``of``: its codes are trusted
-        (validated once, where the data came in), not checked again row by row.
-
-        ``source = (base, rows)``: these users are ``base[rows]`` (rows drawn from a smaller
-        validated table, as :meth:`sample` does), which lets :meth:`counts` count the base
-        rows once, weighted by how often each was drawn."""
+    def _derived(cls, codes: np.ndarray | None, domain: Domain, of: Dataset,
+                 drawn: tuple[np.ndarray, np.ndarray] | None = None) -> Dataset:
+        """A subset, projection or sample of the validated Dataset ``of``: trusted, not
+        checked again row by row.  ``codes`` None: the users are ``drawn = (table, rows)``."""
         ds = object.__new__(cls)
-        for key, value in (("codes", codes), ("domain", domain), ("labels", _labels_of(domain)),
-                           ("name", of.name), ("domain_from_data", of.domain_from_data),
-                           ("_source", source)):
+        ds.__dict__.update(_codes=codes, _drawn=drawn)
+        for key, value in (("domain", domain), ("labels", _labels_of(domain)),
+                           ("name", of.name), ("domain_from_data", of.domain_from_data)):
             object.__setattr__(ds, key, value)
         return ds
+
+    @property
+    def drawn_from(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(table, rows)`` when these users are rows drawn from a smaller table (user u's
+        codes are ``table[rows[u]]``), else None."""
+        return self.__dict__["_drawn"]
 
     # -- basic properties --------------------------------------------------------
     @property
     def n(self) -> int:
-        return int(self.codes.shape[0])
+        codes = self.__dict__["_codes"]
+        return int(len(self.drawn_from[1]) if codes is None else codes.shape[0])  # type: ignore[index]
 
     @property
     def d(self) -> int:
@@ -94,33 +104,40 @@ class Dataset:
         return self.n
 
     def column(self, attr: str) -> np.ndarray:
-        return self.codes[:, self.domain.index(attr)]
+        j = self.domain.index(attr)
+        if self.__dict__["_codes"] is None:
+            table, rows = self.drawn_from  # type: ignore[misc]
+            return table[:, j][rows]
+        return self.codes[:, j]
 
     # -- marginals --------------------------------------------------------------
     def cell_indices(self, attrs: Sequence[str]) -> np.ndarray:
         """Each user's flat cell index in the marginal over ``attrs`` (C order)."""
-        return cell_indices(self.codes, self.domain.indices(attrs), self.domain.sizes,
-                            dtype=np.int64)
+        columns = self.domain.indices(attrs)
+        if self.__dict__["_codes"] is None:
+            table, rows = self.drawn_from  # type: ignore[misc]
+            return cell_indices(table, columns, self.domain.sizes, dtype=np.int64)[rows]
+        return cell_indices(self.codes, columns, self.domain.sizes, dtype=np.int64)
 
     def counts(self, attrs: Sequence[str]) -> np.ndarray:
         """Exact counts of the marginal over ``attrs``, shaped by their sizes."""
         sub = self.domain.project(attrs)
-        source = self._source
-        if source is not None and len(source[0]) < self.n:  # count each drawn row once
-            base, _ = source
-            cells = cell_indices(base, self.domain.indices(attrs), self.domain.sizes)
+        columns = self.domain.indices(attrs)
+        drawn = self.drawn_from
+        if drawn is not None and len(drawn[0]) < self.n:  # count each table row once
+            cells = cell_indices(drawn[0], columns, self.domain.sizes)
             counts = np.bincount(cells, self._draws(), minlength=sub.cells())
             return counts.astype(np.int64).reshape(sub.shape)
-        cells = cell_indices(self.codes, self.domain.indices(attrs), self.domain.sizes)
+        cells = cell_indices(self.codes, columns, self.domain.sizes)
         return np.bincount(cells, minlength=sub.cells()).reshape(sub.shape)
 
     def _draws(self) -> np.ndarray:
-        """How many times each row of the source table was drawn (computed once)."""
-        draws = self.__dict__.get("_draws_cache")
+        """How many times each row of :attr:`drawn_from`'s table was drawn (kept)."""
+        draws = self.__dict__.get("_draw_counts")
         if draws is None:
-            base, rows = self._source  # type: ignore[misc]
-            draws = np.bincount(rows, minlength=len(base)).astype(np.float64)
-            object.__setattr__(self, "_draws_cache", draws)
+            table, rows = self.drawn_from  # type: ignore[misc]
+            draws = np.bincount(rows, minlength=len(table)).astype(np.float64)
+            self.__dict__["_draw_counts"] = draws
         return draws
 
     def marginal(self, attrs: Sequence[str]) -> MarginalTable:
@@ -133,19 +150,23 @@ class Dataset:
     def project(self, attrs: Sequence[str]) -> Dataset:
         """Keep only the columns ``attrs`` (in that order)."""
         idx = list(self.domain.indices(attrs))
-        source = None if self._source is None else (self._source[0][:, idx], self._source[1])
-        return Dataset._derived(self.codes[:, idx], self.domain.project(attrs), self, source)
+        sub = self.domain.project(attrs)
+        if self.__dict__["_codes"] is None:
+            table, rows = self.drawn_from  # type: ignore[misc]
+            return Dataset._derived(None, sub, self, (table[:, idx], rows))
+        return Dataset._derived(self.codes[:, idx], sub, self)
 
     def take(self, rows: np.ndarray) -> Dataset:
         """The users ``rows`` (indices or a boolean mask), in that order."""
         rows = np.asarray(rows)
         if rows.dtype == bool:
             rows = np.flatnonzero(rows)
-        if self._source is not None:  # still drawn from the same small table
-            source = (self._source[0], self._source[1][rows])
-        else:  # remember the table only when these users outnumber its rows
-            source = (self.codes, rows) if len(rows) > self.n else None
-        return Dataset._derived(take_rows(self.codes, rows), self.domain, self, source)
+        drawn = self.drawn_from
+        if drawn is not None:  # still drawn from the same table
+            return Dataset._derived(None, self.domain, self, (drawn[0], drawn[1][rows]))
+        if len(rows) > self.n:  # more users than rows: keep the rows and their numbers
+            return Dataset._derived(None, self.domain, self, (self.codes, rows))
+        return Dataset._derived(take_rows(self.codes, rows), self.domain, self)
 
     def sample(self, n: int, *, rng: RNGLike = None, replace: bool = True) -> Dataset:
         """``n`` users drawn from the rows (with replacement by default)."""
@@ -230,6 +251,22 @@ class Dataset:
         self.to_frame().to_csv(path, index=False)
         if domain_path is not None:
             self.domain.save(domain_path)
+
+
+def _get_codes(self: Dataset) -> np.ndarray:
+    codes = self.__dict__["_codes"]
+    if codes is None:  # users drawn from a table: build their rows once, when asked
+        table, rows = self.drawn_from  # type: ignore[misc]
+        codes = self.__dict__["_codes"] = take_rows(table, rows)
+    return codes
+
+
+def _set_codes(self: Dataset, codes: np.ndarray) -> None:
+    self.__dict__["_codes"] = codes  # only the constructor sets it (the class is frozen)
+
+
+#: ``codes`` is stored in ``_codes``, and built on first use for drawn users.
+Dataset.codes = property(_get_codes, _set_codes)  # type: ignore[assignment]
 
 
 def cell_indices(codes: np.ndarray, columns: Sequence[int], sizes: Sequence[int], *,

@@ -65,7 +65,8 @@ def true_counts(data: Dataset, attribute_sets: list[tuple[str, ...]], labels: np
 
     Every record's cell in its group's marginal is read straight from its row (no per-group
     gather of the records), and one ``bincount`` over (group, cell) counts every group at
-    once, chunk by chunk: memory traffic is one read of the codes.
+    once, chunk by chunk: memory traffic is one read of the codes (of the drawn row numbers
+    and the small table, for users drawn from one).
     """
     sizes = data.domain.sizes
     columns = [data.domain.indices(attrs) for attrs in attribute_sets]
@@ -77,13 +78,17 @@ def true_counts(data: Dataset, attribute_sets: list[tuple[str, ...]], labels: np
     for g, c in enumerate(columns):
         column[g, :len(c)] = c
         radix[g, :len(c)] = [math.prod(sizes[i] for i in c[j + 1:]) for j in range(len(c))]
-    flat = np.ascontiguousarray(data.codes).reshape(-1)
+    drawn = data.drawn_from  # users drawn from a small table: read it, not their copies
+    table = data.codes if drawn is None else drawn[0]
+    flat = np.ascontiguousarray(table).reshape(-1)
     d = data.d
     counts = np.zeros(int(offset[-1]), dtype=np.int64)
     for start in range(0, data.n, _CHUNK):
         group = labels[start:start + _CHUNK]
+        rows = np.arange(start, start + len(group), dtype=np.int64) if drawn is None else \
+            drawn[1][start:start + _CHUNK].astype(np.int64)
         where = column[group]
-        where += (np.arange(start, start + len(group), dtype=np.int64) * d)[:, None]
+        where += (rows * d)[:, None]
         cell = offset[group]
         for j in range(width):
             cell += flat[where[:, j]] * radix[group, j]
