@@ -276,8 +276,9 @@ def make_consistent(views: Sequence[Any], sizes: Sequence[int], *,
             ``tol / 2``); what remains is cleared by mixing in the uniform table with weight
             at most ``neg_tol * cells / total``, which keeps the views consistent.
         dual_fraction: stage 1 stops once the negative mass is this fraction of the
-            projected noisy views' (1: no stage 1, plain accelerated alternation; towards 0:
-            the exact least-squares projection, at more rounds).
+            projected noisy views' (1: no stage 1, plain accelerated alternation; smaller:
+            closer to the exact least-squares projection, at more rounds; ``gap`` says how
+            close).
 
     Returns:
         A :class:`ConsistencyResult`: iterate or index it as the list of output views; its
