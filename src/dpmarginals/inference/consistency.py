@@ -209,32 +209,39 @@ def _dot(a: np.ndarray, b: np.ndarray) -> float:
 class _Anderson:
     """Type-II Anderson acceleration of a fixed-point iteration ``s -> F(s)`` (Walker & Ni
     2011): the next point combines the last ``memory`` images, with the weights that
-    minimise the combined residual ``F(s) - s`` (a small ridge keeps the solve stable)."""
+    minimise the combined residual ``F(s) - s`` (a small ridge keeps the solve stable).
+    The Gram matrix of the residual differences is updated, not recomputed."""
 
     def __init__(self, memory: int) -> None:
         self.memory = memory
-        self.last: tuple[np.ndarray, np.ndarray] | None = None  # (point, residual)
+        self.last: tuple[np.ndarray, np.ndarray, float] | None = None  # point, residual, |g|^2
         self.d_s: list[np.ndarray] = []  # differences of successive points
         self.d_g: list[np.ndarray] = []  # ... and of their residuals
+        self.gram = np.zeros((0, 0))
 
     def step(self, s: np.ndarray, image: np.ndarray) -> np.ndarray:
         g = image - s
+        norm = _dot(g, g)
         if self.last is not None:
-            if _dot(g, g) > 1e4 * _dot(self.last[1], self.last[1]):
-                self.d_s, self.d_g = [], []  # diverging: restart from the plain step
+            if norm > 1e4 * self.last[2]:  # diverging: restart from the plain step
+                self.d_s, self.d_g, self.gram = [], [], np.zeros((0, 0))
             else:
-                self.d_s.append(s - self.last[0])
-                self.d_g.append(g - self.last[1])
-                if len(self.d_s) > self.memory:
+                if len(self.d_g) == self.memory:
                     self.d_s.pop(0)
                     self.d_g.pop(0)
-        self.last = (s, g)
+                    self.gram = self.gram[1:, 1:]
+                new = g - self.last[1]
+                row = [_dot(new, a) for a in self.d_g]
+                self.gram = np.block([[self.gram, np.array(row)[:, None]],
+                                      [np.array(row)[None, :], np.array([[_dot(new, new)]])]])
+                self.d_s.append(s - self.last[0])
+                self.d_g.append(new)
+        self.last = (s, g, norm)
         if not self.d_g:
             return image
-        gram = np.array([[_dot(a, b) for b in self.d_g] for a in self.d_g])
-        ridge = 1e-12 * float(np.trace(gram)) + 1e-300
+        ridge = 1e-12 * float(np.trace(self.gram)) + 1e-300
         try:
-            gamma = np.linalg.solve(gram + ridge * np.eye(len(gram)),
+            gamma = np.linalg.solve(self.gram + ridge * np.eye(len(self.gram)),
                                     [_dot(a, g) for a in self.d_g])
         except np.linalg.LinAlgError:
             return image
