@@ -526,13 +526,14 @@ def test_consistency_stage_options():
 
 @pytest.mark.needs_data
 @pytest.mark.slow
-@pytest.mark.parametrize("name, d, limit", [("adult3", 8, 1.01), ("msnbc", 16, 1.0)])
+@pytest.mark.parametrize("name, d, limit", [("adult3", 8, 1.005), ("msnbc", 16, 0.99)])
 def test_consistency_at_least_as_accurate_as_calms_alternation(name, d, limit):
     """Real data, eps = 1, k = 3, 50 random queries, 5 seeded collections: the SSE of the
     released answers against CALM/PriView's alternation (consistency pass, Norm-Sub of the
     views with negatives, until none is left; the pass computed by the projection the test
-    above checks) on the same reports.  Measured mean ratios over 10 seeds: adult3 0.999
-    (single seeds 0.978-1.007, hence the 1% budget), msnbc 0.973 (0.958-0.996)."""
+    above checks) on the same reports.  Mean ratios measured over 10 other seeds: adult3
+    0.998 (single seeds 0.990-1.003: unchanged, hence a 0.5% budget), msnbc 0.982
+    (0.964-0.994: better, asked here by at least 1%); these 5 seeds give 1.000 and 0.983."""
     from dpmarginals.datasets import load
     from dpmarginals.inference.consistency import _norm_sub_views
     from dpmarginals.inference.interactions import ConsistentViews
