@@ -31,13 +31,13 @@ stages, each round one consistency projection ``P``:
 The result is consistent (to rounding) and non-negative; ``gap``, the duality gap of the
 final views and the last dual point relative to their objective, bounds how far they are
 from the exact projection.  ``dual_fraction`` = 0.5 (stage 1 stops once the negative mass
-has halved: one or two dual steps) was the only stopping point among 1, 0.5, 0.3, 0.1, 0.03,
-0.01 and 0.001 at least as accurate as the CALM/PriView alternation on all four real
+has halved: one or two dual steps) was the only stopping point of 1, 0.5, 0.3 and 0.1 at
+least as accurate as the CALM/PriView alternation, on the same reports, in all four real
 settings we measured (adult3 d = 8 and msnbc d = 16 at k = 3, kosarak d = 32 at k = 3 and
 d = 16 at k = 8; eps = 1): running stage 1 further lowers the error on msnbc and kosarak
-k = 3 but raises it on adult3 and on kosarak's 8-way answers by maximum entropy, and the
-exact projection is worse there still (``docs/beyond-calm.md`` §4).  It takes 10-40
-rounds where the alternation took 40-800.
+k = 3 but raises it on adult3 and on kosarak's 8-way answers by maximum entropy, and near
+the exact projection it is higher there still (``docs/beyond-calm.md`` §4).  It takes
+10-40 rounds where the alternation took 40-800.
 """
 
 from __future__ import annotations
