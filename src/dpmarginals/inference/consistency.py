@@ -90,7 +90,8 @@ class ConsistencyResult(Sequence[View]):
         dual_rounds: the rounds of stage 1 (projected gradient on the dual).
         gap: the duality gap of the result, relative to its objective
             ``sum_i rho_i ||T_i - Y_i||^2 / 2``: the result is within ``sqrt(2 gap objective)``
-            (in that weighted norm) of the exact least-squares projection.
+            (in that weighted norm) of the exact least-squares projection (NaN when it did
+            not converge: an infeasible result certifies nothing).
         mixing: the weight of the uniform table mixed in to clear the last negatives.
     """
 

@@ -273,6 +273,9 @@ def consistent_synopsis(
 
     The weighted averages use 1/(C_i Var_i): CALM's 1/C_i when every group has the same
     size and oracle, and the variance-optimal generalisation §4.4 mentions otherwise.
+    ``info`` gets how it ended (:class:`~dpmarginals.inference.ConsistencyResult`):
+    ``consistency_rounds``, ``consistent``, ``max_inconsistency``, ``min_cell``,
+    ``consistency_dual_rounds``, ``consistency_gap`` and ``consistency_mixing``.
     """
     index_views = [(domain.indices(v.attributes), v.table) for v in views]
     with warnings.catch_warnings():
@@ -281,6 +284,9 @@ def consistent_synopsis(
         result = make_consistent(index_views, domain.sizes,
                                  variances=[v.variance for v in views], max_rounds=max_rounds)
     info = {**info, "consistency_rounds": result.rounds, "consistent": result.converged,
-            "max_inconsistency": result.max_inconsistency, "min_cell": result.min_cell}
+            "max_inconsistency": result.max_inconsistency, "min_cell": result.min_cell,
+            "consistency_dual_rounds": result.dual_rounds,
+            "consistency_gap": None if np.isnan(result.gap) else result.gap,
+            "consistency_mixing": result.mixing}
     out = [(tuple(domain.attributes[i] for i in attrs), table) for attrs, table in result]
     return ViewSynopsis(domain, out, method, info)
