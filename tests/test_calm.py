@@ -43,7 +43,10 @@ def test_plan_round_trips_through_json():
 def test_views_are_consistent_and_non_negative_after_run():
     data = correlated_binary(2**14, 8, seed=1)
     syn = CALM(epsilon=0.5, k=3).run(data, rng=7)
-    assert syn.info["consistent"]
+    assert syn.info["consistent"] and syn.info["max_inconsistency"] <= 1e-9
+    assert 1 < syn.info["consistency_rounds"] <= 60 and syn.info["min_cell"] >= 0
+    assert 0 <= syn.info["consistency_gap"] < 0.1 and 0 <= syn.info["consistency_mixing"] < 1e-6
+    assert 0 <= syn.info["consistency_dual_rounds"] < syn.info["consistency_rounds"]
     sizes = data.domain.sizes
     views = [(data.domain.indices(a), t) for a, t in syn.views]
     for (a1, t1), (a2, t2) in itertools.combinations(views, 2):

@@ -96,3 +96,23 @@ def test_reports_collected_once_release_as_run_does():
     for attrs, table in ran.views:
         np.testing.assert_array_equal(table, released.marginal(list(attrs)).values)
     assert ran.info["plan_hash"] == released.info["plan_hash"] == plan.hash
+
+
+def test_true_counts_in_one_pass_equal_each_groups_own():
+    """The streaming count equals counting each group's members, for sets of different
+    sizes and orders, on stored and on drawn users."""
+    from dpmarginals.local.collect import _group_labels, true_counts
+
+    rng = np.random.default_rng(40)
+    sizes = (3, 2, 5, 2, 4, 3)
+    codes = np.column_stack([rng.integers(0, s, 700) for s in sizes])
+    data = Dataset(codes, Domain(tuple("abcdef"), sizes))
+    sets = [("a", "c"), ("f", "b", "e"), ("d",), ("e", "a", "c", "b"), ("a", "c")]
+    for users in (data, data.sample(3000, rng=41)):
+        labels = _group_labels(users.n, len(sets), np.random.default_rng(42))
+        got = true_counts(users, sets, labels)
+        for g, attrs in enumerate(sets):
+            members = users.take(np.flatnonzero(labels == g))
+            np.testing.assert_array_equal(got[g], members.counts(attrs).ravel())
+    np.testing.assert_array_equal(assign_groups(1003, 10, rng=0),
+                                  _group_labels(1003, 10, np.random.default_rng(0)))

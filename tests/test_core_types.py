@@ -138,3 +138,71 @@ def test_secure_random_is_uniform():
     u = SecureRandom().random(60_000)
     assert u.min() >= 0 and u.max() < 1
     assert stats.kstest(u, "uniform").pvalue > 1e-4
+
+
+# ---- data validated once; users drawn from a table ------------------------------------
+
+
+def _mixed(n: int, seed: int) -> Dataset:
+    rng = np.random.default_rng(seed)
+    sizes = (3, 2, 5, 2, 4)
+    codes = np.column_stack([rng.integers(0, s, n) for s in sizes])
+    return Dataset(codes, Domain(tuple("abcde"), sizes), {"a": ["x", "y", "z"]})
+
+
+def test_derived_datasets_are_not_validated_again(monkeypatch):
+    data = _mixed(200, 1)
+    calls = []
+    monkeypatch.setattr(Domain, "validate_codes", lambda self, codes: calls.append(1))
+    data.take(np.arange(50)).project(["c", "a"]).sample(1000, rng=0).take([3, 1])
+    assert calls == []
+    Dataset(np.zeros((2, 5), int), data.domain)  # a new Dataset is checked
+    assert calls == [1]
+
+
+def test_drawn_users_behave_as_their_copies():
+    """A sample larger than the table keeps (table, row numbers); every operation gives what
+    the materialized copies give, and the codes are built only when asked for."""
+    data = _mixed(300, 2)
+    big = data.sample(5000, rng=3)
+    table, rows = big.drawn_from
+    assert table is data.codes and big.n == 5000 and len(big) == 5000
+    assert big.__dict__["_codes"] is None
+    copies = Dataset(data.codes[rows], data.domain)
+    for attrs in (["a"], ["c", "a"], ["e", "b", "d"]):
+        np.testing.assert_array_equal(big.counts(attrs), copies.counts(attrs))
+        np.testing.assert_array_equal(big.cell_indices(attrs), copies.cell_indices(attrs))
+        np.testing.assert_allclose(big.marginal(attrs).values, copies.marginal(attrs).values)
+    np.testing.assert_array_equal(big.column("d"), copies.column("d"))
+    part = big.take(np.arange(4000, 5000)).project(["e", "a"])
+    assert part.drawn_from is not None and part.domain.attributes == ("e", "a")
+    np.testing.assert_array_equal(part.counts(["a", "e"]),
+                                  copies.take(np.arange(4000, 5000)).counts(["a", "e"]))
+    assert big.__dict__["_codes"] is None  # nothing above built the copies
+    np.testing.assert_array_equal(big.codes, copies.codes)
+    assert big.labels == {"a": ("x", "y", "z")}
+    small = data.sample(100, rng=4)  # fewer users than rows: stored as they are
+    assert small.drawn_from is None and small.n == 100
+
+
+def test_take_rows_moves_whole_rows():
+    from dpmarginals.core.dataset import take_rows
+
+    rng = np.random.default_rng(5)
+    for dtype, d in ((np.uint8, 7), (np.uint16, 3), (np.int64, 1)):
+        codes = rng.integers(0, 200, (50, d)).astype(dtype)
+        rows = rng.integers(0, 50, 80)
+        np.testing.assert_array_equal(take_rows(codes, rows), codes[rows])
+    f_order = np.asfortranarray(rng.integers(0, 9, (20, 4)).astype(np.uint8))
+    np.testing.assert_array_equal(take_rows(f_order, [3, 3, 0]), f_order[[3, 3, 0]])
+
+
+def test_domain_check_names_the_first_bad_value():
+    dom = Domain(("a", "b", "c"), (2, 3, 4))
+    codes = np.zeros((100, 3), dtype=np.int64)
+    codes[40, 2], codes[70, 1] = 4, -1
+    with pytest.raises(DPMarginalsError, match=r"value -1 of attribute 'b' \(row 70\)"):
+        dom.validate_codes(codes)
+    codes[70, 1] = 0
+    with pytest.raises(DPMarginalsError, match=r"value 4 of attribute 'c' \(row 40\)"):
+        dom.validate_codes(codes.astype(np.uint8))

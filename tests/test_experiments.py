@@ -288,3 +288,21 @@ def test_synthesize_into_a_missing_folder_names_path_and_reason(tmp_path):
     proc = dpmarginals("synthesize", syn_path, "--n", "10", "--out", "/nonexistent/x.csv")
     line = one_error_line(proc, "/nonexistent/x.csv", "no such directory '/nonexistent'")
     assert "None" not in line
+
+
+def test_evaluate_against_exact_answers_computed_once():
+    """evaluate() with the exact answers of exact_marginals gives what it gives with the
+    data (which recounts it for every synopsis)."""
+    from dpmarginals.local.calm import CALM
+    from dpmarginals.synopsis.base import UniformSynopsis
+    from dpmarginals.synopsis.evaluate import evaluate, exact_marginals, random_queries
+    from populations import correlated_binary
+
+    data = correlated_binary(4000, 6, seed=3)
+    queries = random_queries(data.domain, 3, 6, rng=4)
+    exact = exact_marginals(data, queries)
+    for synopsis in (CALM(epsilon=1.0, k=3).run(data, rng=5), UniformSynopsis(data.domain)):
+        with_data, with_exact = evaluate(synopsis, data, queries), evaluate(synopsis, exact)
+        np.testing.assert_array_equal(with_data.sse, with_exact.sse)
+        np.testing.assert_array_equal(with_data.tvd, with_exact.tvd)
+        assert with_exact.queries == [tuple(q) for q in queries]

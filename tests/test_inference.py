@@ -24,6 +24,7 @@ from dpmarginals.inference import (
     norm_sub,
     project,
 )
+from dpmarginals.inference.nonneg import norm_sub_rows
 
 # ----------------------------------------------------------------------------- helpers
 
@@ -384,6 +385,185 @@ def test_consistency_large_nonbinary_views():
     views = _noisy_views(sets, [0.5 * t + 0.5 / t.size for t in truths], 1e-5, rng)
     res = make_consistent(views, sizes, max_rounds=300)
     _assert_consistent_nonneg(res, views)
+
+
+# ------------------------------------------------- the projection and the constrained solve
+
+
+def calm_pass(views, sizes, rho, total=1.0):
+    """CALM §4.4's consistency pass as printed: the totals, then each set shared by two or
+    more views, smaller sets first, averaged with weights rho_i / C_i (the reference)."""
+    tabs = [np.array(t, dtype=float) for _, t in views]
+    attrs = [tuple(a) for a, _ in views]
+    cells = np.array([t.size for t in tabs])
+    w0 = rho / cells
+    for t in tabs:
+        t += (total - t.sum()) / t.size
+    for aset in intersection_family(attrs):
+        members = [i for i, a in enumerate(attrs) if set(aset) <= set(a)]
+        n_a = math.prod(sizes[a] for a in aset)
+        projs = [project(attrs[i], tabs[i], aset) for i in members]
+        w = np.array([w0[i] * n_a for i in members])  # rho_i / C_i, C_i = cells_i / n_a
+        target = sum(wi * p for wi, p in zip(w, projs, strict=True)) / w.sum()
+        for i, p in zip(members, projs, strict=True):
+            delta = (target - p) * n_a / tabs[i].size
+            shape = [sizes[a] if a in aset else 1 for a in attrs[i]]
+            tabs[i] += delta.transpose([aset.index(a) for a in attrs[i] if a in aset]
+                                       ).reshape(shape)
+    return tabs
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_interaction_projection_is_calms_pass(seed):
+    """The one-transform projection equals CALM's sequential pass, is idempotent and is
+    the rho-weighted orthogonal projection (the residual is orthogonal to every
+    consistent direction)."""
+    from dpmarginals.inference.interactions import ConsistentViews
+
+    rng = np.random.default_rng(20 + seed)
+    sizes = tuple(int(s) for s in rng.integers(1, 5, 9))
+    sets = random_sets(9, 12, 3, rng) + random_sets(9, 4, 2, rng)
+    sets.append(sets[0])  # a repeated attribute set too
+    views = [(s, rng.normal(0.05, 0.1, tuple(sizes[a] for a in s))) for s in sets]
+    rho = rng.uniform(0.5, 2.0, len(views))
+    lattice = ConsistentViews(sets, sizes, rho)
+    y = lattice.pack([t for _, t in views])
+    x = lattice.project(y)
+    for got, want in zip(lattice.unpack(x), calm_pass(views, sizes, rho), strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-12)
+    assert lattice.inconsistency(x, 1.0) < 1e-12 < lattice.inconsistency(y, 1.0)
+    np.testing.assert_allclose(lattice.project(x), x, atol=1e-12)
+    w = rho[lattice.view_of]
+    for _ in range(3):  # another consistent point z: <y - Py, z - Py>_W = 0
+        z = lattice.project(rng.normal(0, 1, y.size))
+        assert abs(np.sum(w * (y - x) * (z - x))) < 1e-9 * np.sqrt(np.sum(w * (z - x) ** 2))
+    assert set(intersection_family(sets)) <= set(lattice.shared_sets)
+
+
+def test_norm_sub_rows_matches_norm_sub():
+    rng = np.random.default_rng(30)
+    for _ in range(300):
+        cells, n = int(rng.integers(1, 12)), int(rng.integers(1, 6))
+        x = rng.normal(rng.normal(0, 0.3), rng.uniform(0.01, 1), (n, cells))
+        x[rng.random(x.shape) < 0.2] = 0.0
+        totals = rng.uniform(0, 2, n)
+        want = np.array([norm_sub(r, t) for r, t in zip(x, totals, strict=True)])
+        np.testing.assert_allclose(norm_sub_rows(x, totals), want, atol=1e-15)
+
+
+def _weighted_objective(res, views, rho):
+    return 0.5 * sum(r * ((t - v) ** 2).sum()
+                     for r, (_, t), (_, v) in zip(rho, res, views, strict=True))
+
+
+def test_consistency_is_the_constrained_least_squares_projection():
+    """A small problem solved by a general solver (SLSQP over every cell, consistency as
+    equalities, cells >= 0): the objective make_consistent stops at is above that optimum
+    by at most the duality gap it reports, for the default and a tighter dual_fraction."""
+    from scipy.optimize import minimize
+
+    rng = np.random.default_rng(31)
+    sizes = [2, 3, 2, 2]
+    sets = [(0, 1), (1, 2), (2, 3), (0, 3), (1, 3)]
+    truths = chain_data_marginals(4, sizes, sets, rng, n=400)
+    views = _noisy_views(sets, truths, 0.08, rng)
+    rho = rng.uniform(0.5, 2.0, len(views))
+    tight = make_consistent(views, sizes, weights=rho, dual_fraction=1e-3)
+    default = make_consistent(views, sizes, weights=rho)
+    assert tight.converged and default.converged and default.dual_rounds < tight.dual_rounds
+
+    shapes = [t.shape for _, t in views]
+    cuts = np.cumsum([0] + [math.prod(s) for s in shapes])
+    y = np.concatenate([t.ravel() for _, t in views])
+    w = np.repeat(rho, np.diff(cuts))
+
+    def tables(x):
+        return [x[a:b].reshape(s) for a, b, s in zip(cuts[:-1], cuts[1:], shapes, strict=True)]
+
+    def agree(x):
+        out = [t.sum() - 1.0 for t in tables(x)]
+        for (a1, t1), (a2, t2) in itertools.combinations(zip(sets, tables(x), strict=True), 2):
+            common = tuple(sorted(set(a1) & set(a2)))
+            if common:
+                out.extend((project(a1, t1, common) - project(a2, t2, common)).ravel())
+        return np.array(out)
+
+    # consistent tables: x = x0 + Z theta (Z spans the null space of the agreement map)
+    zero = agree(np.zeros(y.size))
+    a = np.column_stack([agree(e) - zero for e in np.eye(y.size)])
+    x0 = np.linalg.lstsq(a, -zero, rcond=None)[0]
+    z = null_space(a)
+    best = minimize(lambda th: 0.5 * np.sum(w * (x0 + z @ th - y) ** 2),
+                    np.linalg.lstsq(z, y - x0, rcond=None)[0],
+                    jac=lambda th: z.T @ (w * (x0 + z @ th - y)), method="SLSQP",
+                    constraints=[{"type": "ineq", "fun": lambda th: x0 + z @ th,
+                                  "jac": lambda th: z}],
+                    options={"maxiter": 1000, "ftol": 1e-15})
+    assert best.success and (x0 + z @ best.x).min() > -1e-9
+    for res in (tight, default):
+        _assert_consistent_nonneg(res, views)
+        f = _weighted_objective(res, views, rho)
+        assert best.fun - 1e-9 <= f <= best.fun + res.gap * f + 1e-9
+        assert res.gap > 0
+
+
+def test_consistency_stage_options():
+    """dual_fraction=1 skips stage 1 (plain accelerated alternation); stage 1 and the
+    mixing weight are reported; dual_fraction is validated."""
+    rng = np.random.default_rng(32)
+    sizes = [2] * 10
+    sets = random_sets(10, 25, 3, rng)
+    views = _noisy_views(sets, chain_data_marginals(10, sizes, sets, rng), 0.05, rng)
+    plain = make_consistent(views, sizes, dual_fraction=1.0)
+    staged = make_consistent(views, sizes)
+    assert plain.dual_rounds == 0 < staged.dual_rounds
+    for res in (plain, staged):
+        _assert_consistent_nonneg(res, views)
+        assert 0 <= res.mixing <= 1e-6 and 0 <= res.gap < 0.05
+    with pytest.raises(DPMarginalsError, match="dual_fraction"):
+        make_consistent(views, sizes, dual_fraction=1.5)
+
+
+@pytest.mark.needs_data
+@pytest.mark.slow
+@pytest.mark.parametrize("name, d, limit", [("adult3", 8, 1.005), ("msnbc", 16, 0.99)])
+def test_consistency_at_least_as_accurate_as_calms_alternation(name, d, limit):
+    """Real data, eps = 1, k = 3, 50 random queries, 5 seeded collections: the SSE of the
+    released answers against CALM/PriView's alternation (consistency pass, Norm-Sub of the
+    views with negatives, until none is left; the pass computed by the projection the test
+    above checks) on the same reports.  Mean ratios measured over 10 other seeds: adult3
+    0.998 (single seeds 0.990-1.003: unchanged, hence a 0.5% budget), msnbc 0.982
+    (0.964-0.994: better, asked here by at least 1%); these 5 seeds give 1.000 and 0.983."""
+    from dpmarginals.datasets import load
+    from dpmarginals.inference.consistency import _norm_sub_views
+    from dpmarginals.inference.interactions import ConsistentViews
+    from dpmarginals.local.calm import CALM
+    from dpmarginals.local.collect import estimate_views, group_supports
+    from dpmarginals.synopsis.base import ViewSynopsis, consistent_synopsis
+    from dpmarginals.synopsis.evaluate import evaluate, exact_marginals, random_queries
+
+    data = load(name, d=d)
+    ratios = []
+    for seed in range(5):
+        calm = CALM(epsilon=1.0, k=3)
+        plan = calm.plan(data.domain, data.n)
+        views = estimate_views(plan, group_supports(data, plan, rng=seed))
+        queries = random_queries(data.domain, 3, 50, rng=100 + seed)
+        exact = exact_marginals(data, queries)
+        ours = consistent_synopsis(data.domain, views, "calm", {})
+        attrs = [data.domain.indices(v.attributes) for v in views]
+        lattice = ConsistentViews(attrs, data.domain.sizes,
+                                  np.array([1 / v.variance for v in views]))
+        x = lattice.project(lattice.pack([v.table for v in views]))
+        for _ in range(5000):
+            if x.min() >= -1e-12:
+                break
+            x = lattice.project(_norm_sub_views(lattice, x, np.ones(len(views))))
+        x = np.maximum(x, 0.0)
+        theirs = ViewSynopsis(data.domain, [(v.attributes, t) for v, t in
+                                            zip(views, lattice.unpack(x), strict=True)])
+        ratios.append(evaluate(ours, exact).sse_mean / evaluate(theirs, exact).sse_mean)
+    assert np.mean(ratios) <= limit, ratios
 
 
 # ----------------------------------------------------------------------------- max_entropy

@@ -262,3 +262,35 @@ def test_huge_epsilon_plans_without_overflow(eps) -> None:
     assert noise_error(N16, 8, eps, 3) == 0.0
     c = choose_marginals(N16, 8, eps, 3)
     assert (c.l, c.m, c.oracle) == (8, 1, "grr")
+
+
+def test_partial_cover_is_the_lazy_greedy() -> None:
+    """_partial_cover keeps exact keys; it picks the blocks (in the same order) of the lazy
+    greedy over (-new k-sets, attribute uses, position) that it replaced."""
+    import heapq
+
+    from dpmarginals.planning.covering import _block_ranks, cover_design
+    from dpmarginals.planning.error_model import _partial_cover
+
+    def lazy(d: int, k: int, l: int, m: int) -> list[tuple[int, ...]]:
+        blocks = cover_design(d, k, l)
+        arr = np.array(blocks, dtype=np.int64)
+        ranks = _block_ranks(arr, k, d)
+        covered = np.zeros(math.comb(d, k), dtype=bool)
+        counts = np.zeros(d, dtype=np.int64)
+        heap = [(-ranks.shape[1], 0, i) for i in range(len(blocks))]
+        heapq.heapify(heap)
+        out: list[tuple[int, ...]] = []
+        while len(out) < m:
+            _, _, i = heapq.heappop(heap)
+            key = (-int((~covered[ranks[i]]).sum()), int(counts[arr[i]].sum()), i)
+            if heap and key > heap[0]:
+                heapq.heappush(heap, key)
+                continue
+            covered[ranks[i]] = True
+            counts[arr[i]] += 1
+            out.append(blocks[i])
+        return out
+
+    for d, k, l, m in [(12, 3, 5, 9), (20, 3, 5, 30), (16, 2, 4, 10), (18, 4, 6, 25)]:
+        assert _partial_cover(d, k, l, m) == lazy(d, k, l, m)

@@ -107,9 +107,11 @@ def test_low_epsilon_covered_std_accounts_for_norm_sub():
     """At eps = 0.2 Norm-Sub clips many small cells at 0, so the linear estimate's analytic
     std over-covers; scaled by the bootstrap's post-processing factor it does not.
 
-    40 runs x 4 cells of a skewed pair (one cell ~0.9); seeded.  The bands are wide because
+    80 runs x 4 cells of a skewed pair (one cell ~0.9); seeded.  The bands are wide because
     the 4 cells of a run are correlated: calibrated coverage in 0.85-0.99, and strictly
-    below the unscaled analytic coverage.
+    below the unscaled analytic coverage.  (With 40 runs the coverage of one seed set moved
+    from 0.975 to 0.994 when consistency became the least-squares projection, whose errors
+    are smaller; over 160 runs it is 0.956 before and 0.964 after.)
     """
     data = correlated_binary(2**13, 4, seed=5)
     data = Dataset(np.where(np.random.default_rng(6).random(data.codes.shape) < 0.95, 0,
@@ -118,7 +120,7 @@ def test_low_epsilon_covered_std_accounts_for_norm_sub():
     q = plan.groups[0].attributes[:2]
     truth = data.marginal(q).values
     scaled, plain, factors = [], [], []
-    for run in range(40):
+    for run in range(80):
         views = collect(data, plan, rng=200 + run)
         syn = consistent_synopsis(data.domain, views, "calm",
                                   {"n": data.n, **collection_info(plan, views)})

@@ -325,9 +325,15 @@ class Domain:
         cols = arr.reshape(-1, len(self.sizes)) if arr.size else arr.reshape(0, len(self))
         if cols.shape[1] != len(self.sizes):
             raise DPMarginalsError(f"expected {len(self)} values per row, got {cols.shape[1]}")
+        if not len(cols):
+            return
+        # One pass per bound over the whole array (a reduction along the rows), then the
+        # slow search for the first bad value only when there is one.
+        high = cols.max(axis=0)
+        low = cols.min(axis=0) if not np.issubdtype(cols.dtype, np.unsignedinteger) else None
         for j, (a, s) in enumerate(zip(self.attributes, self.sizes, strict=True)):
-            bad = (cols[:, j] < 0) | (cols[:, j] >= s)
-            if bad.any():
+            if high[j] >= s or (low is not None and low[j] < 0):
+                bad = (cols[:, j] < 0) | (cols[:, j] >= s)
                 row = int(np.flatnonzero(bad)[0])
                 raise DPMarginalsError(
                     f"value {cols[row, j]} of attribute {a!r} (row {row}) "

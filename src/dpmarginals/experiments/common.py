@@ -35,7 +35,7 @@ from ..core.dataset import Dataset
 from ..core.domain import Domain
 from ..core.errors import DPMarginalsError
 from ..core.table import MarginalTable
-from ..synopsis.evaluate import random_queries
+from ..synopsis.evaluate import evaluate, exact_marginals, random_queries
 from .runner import seed_for
 
 __all__ = [
@@ -138,19 +138,14 @@ def all_queries(domain: Domain, k: int) -> list[tuple[str, ...]]:
 
 def truths(data: Dataset, queries: Iterable[Sequence[str]]) -> dict[tuple[str, ...], MarginalTable]:
     """The exact marginals, computed once per repeat and shared by every method."""
-    return {tuple(q): data.marginal(q) for q in queries}
+    return exact_marginals(data, queries)
 
 
 def evaluate_synopsis(synopsis: Any, exact: dict[tuple[str, ...], MarginalTable]
                       ) -> tuple[np.ndarray, np.ndarray]:
     """Per-query SSE and total variation distance."""
-    sse, tvd = [], []
-    for q, truth in exact.items():
-        est = synopsis.marginal(list(q))
-        diff = est.values - truth.values
-        sse.append(float((diff**2).sum()))
-        tvd.append(float(0.5 * np.abs(diff).sum()))
-    return np.array(sse), np.array(tvd)
+    errors = evaluate(synopsis, exact)
+    return errors.sse, errors.tvd
 
 
 def not_run(reason: str, **fields: Any) -> dict[str, Any]:

@@ -17,13 +17,16 @@ from typing import Any, Literal, overload
 import numpy as np
 
 from dpmarginals.core.errors import DPMarginalsError
-from dpmarginals.inference.views import as_view, check_sizes, project
+from dpmarginals.inference.views import View, as_view, check_sizes, project
 
 __all__ = ["MaxEntInfo", "max_entropy"]
 
 #: IPF also stops (unconverged) once a whole sweep moves no cell by more than
 #: ``tol * _STALL_FRACTION``.
 _STALL_FRACTION = 1e-2
+#: The default tolerance and sweep limit of :func:`max_entropy`.
+MAXENT_TOL = 1e-7
+MAXENT_ITERATIONS = 1000
 
 @dataclass(frozen=True)
 class MaxEntInfo:
@@ -60,7 +63,8 @@ def max_entropy(query_attrs: Sequence[int], views: Sequence[Any], sizes: Sequenc
                 tol: float = ..., max_iter: int = ..., init: np.ndarray | None = ...,
                 return_info: Literal[True]) -> tuple[np.ndarray, MaxEntInfo]: ...
 def max_entropy(query_attrs: Sequence[int], views: Sequence[Any], sizes: Sequence[int], *,
-                tol: float = 1e-7, max_iter: int = 1000, init: np.ndarray | None = None,
+                tol: float = MAXENT_TOL, max_iter: int = MAXENT_ITERATIONS,
+                init: np.ndarray | None = None,
                 return_info: bool = False) -> np.ndarray | tuple[np.ndarray, MaxEntInfo]:
     """The marginal over ``query_attrs`` implied by ``views`` (max-entropy when not covered).
 
@@ -106,6 +110,15 @@ def max_entropy(query_attrs: Sequence[int], views: Sequence[Any], sizes: Sequenc
     if tol <= 0 or max_iter < 1:
         raise DPMarginalsError(f"need tol > 0 and max_iter >= 1, got {tol!r}, {max_iter!r}")
     vs = [as_view(v, sizes_t, index=i, copy=False) for i, v in enumerate(views)]
+    return _max_entropy(q, vs, sizes_t, tol=tol, max_iter=max_iter, init=init,
+                        return_info=return_info)
+
+
+def _max_entropy(q: tuple[int, ...], vs: Sequence[View], sizes_t: tuple[int, ...], *,
+                 tol: float, max_iter: int, init: np.ndarray | None, return_info: bool
+                 ) -> Any:
+    """:func:`max_entropy` of views already checked by :func:`as_view` (a synopsis checks
+    its views once, not on every query)."""
     qset = frozenset(q)
     qs = tuple(sorted(q))  # internal axis order
     shape = tuple(sizes_t[a] for a in qs)

@@ -19,6 +19,8 @@ as the client makes them (``per_user`` only chooses OS entropy when ``rng`` is N
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..core.dataset import Dataset
@@ -30,18 +32,68 @@ from ..protocol.counts import Counts
 from ..protocol.formats import group_oracle
 from ..protocol.plan import Plan
 
-__all__ = ["Counts", "assign_groups", "collect", "estimate_views", "group_supports"]
+__all__ = ["Counts", "assign_groups", "collect", "estimate_views", "group_supports",
+           "true_counts"]
 
 
 def assign_groups(n: int, m: int, *, rng: RNGLike = None) -> np.ndarray:
     """A uniformly random split of n users into m groups whose sizes differ by at most 1."""
+    return _group_labels(n, m, simulation_rng(rng)).astype(np.int64, copy=False)
+
+
+def _group_labels(n: int, m: int, gen: np.random.Generator) -> np.ndarray:
+    """:func:`assign_groups` in the smallest integer type (the same labels: a shuffle's
+    permutation does not depend on the type)."""
     if m < 1:
         raise DPMarginalsError(f"the plan has no groups (m = {m})")
     if n < m:
         raise DPMarginalsError(f"{n} users cannot fill {m} groups: need at least one user each")
-    groups = np.arange(n, dtype=np.int64) % m
-    simulation_rng(rng).shuffle(groups)
+    dtype = np.int16 if m <= 2**15 else np.int32 if m <= 2**31 else np.int64
+    groups = (np.arange(n, dtype=np.int64 if n > 2**31 else np.int32) % m).astype(dtype)
+    gen.shuffle(groups)
     return groups
+
+
+#: Records per chunk of the counting pass (a few MB of codes and index arrays).
+_CHUNK = 2**16
+
+
+def true_counts(data: Dataset, attribute_sets: list[tuple[str, ...]], labels: np.ndarray
+                ) -> list[np.ndarray]:
+    """Each group's exact counts of its own users (``labels[u]`` = user u's group) over its
+    attribute set, in one pass over the records.
+
+    Every record's cell in its group's marginal is read straight from its row (no per-group
+    gather of the records), and one ``bincount`` over (group, cell) counts every group at
+    once, chunk by chunk: memory traffic is one read of the codes (of the drawn row numbers
+    and the small table, for users drawn from one).
+    """
+    sizes = data.domain.sizes
+    columns = [data.domain.indices(attrs) for attrs in attribute_sets]
+    width = max((len(c) for c in columns), default=0)
+    cells = np.array([math.prod(sizes[i] for i in c) for c in columns], dtype=np.int64)
+    offset = np.concatenate([[0], np.cumsum(cells)])
+    column = np.zeros((len(columns), max(width, 1)), dtype=np.int64)
+    radix = np.zeros_like(column)  # 0 pads the shorter sets
+    for g, c in enumerate(columns):
+        column[g, :len(c)] = c
+        radix[g, :len(c)] = [math.prod(sizes[i] for i in c[j + 1:]) for j in range(len(c))]
+    drawn = data.drawn_from  # users drawn from a small table: read it, not their copies
+    table = data.codes if drawn is None else drawn[0]
+    flat = np.ascontiguousarray(table).reshape(-1)
+    d = data.d
+    counts = np.zeros(int(offset[-1]), dtype=np.int64)
+    for start in range(0, data.n, _CHUNK):
+        group = labels[start:start + _CHUNK]
+        rows = np.arange(start, start + len(group), dtype=np.int64) if drawn is None else \
+            drawn[1][start:start + _CHUNK].astype(np.int64)
+        where = column[group]
+        where += (rows * d)[:, None]
+        cell = offset[group]
+        for j in range(width):
+            cell += flat[where[:, j]] * radix[group, j]
+        counts += np.bincount(cell, minlength=len(counts))
+    return [counts[offset[g]:offset[g + 1]] for g in range(len(columns))]
 
 
 def group_supports(
@@ -55,27 +107,32 @@ def group_supports(
             raise DPMarginalsError(f"the data lacks the plan's attributes {missing}")
         data = data.project(plan.domain.attributes)
     sim = simulation_rng(rng)
-    groups = assign_groups(data.n, plan.m, rng=sim)
-    order = np.argsort(groups, kind="stable")
-    bounds = np.searchsorted(groups[order], np.arange(plan.m + 1))
+    labels = _group_labels(data.n, plan.m, sim)
+    users = np.bincount(labels, minlength=plan.m)
     # Client randomness: OS entropy unless the caller seeded the simulation.
     source = client_rng(None) if (per_user and rng is None) else sim
+    sampled = [g for g, spec in enumerate(plan.groups)
+               if spec.oracle in ORACLES and not per_user]
+    exact = dict(zip(sampled, true_counts(data, [plan.groups[g].attributes for g in sampled],
+                                          labels), strict=True)) if sampled else {}
+    if len(sampled) < plan.m:  # users one by one: each group's members
+        order = np.argsort(labels, kind="stable")
+        bounds = np.concatenate([[0], np.cumsum(users)])
     supports = []
     for g, spec in enumerate(plan.groups):
-        members = order[bounds[g] : bounds[g + 1]]
         oracle = group_oracle(plan, g)
+        if g in exact:
+            supports.append(np.asarray(oracle.sample_support(exact[g], rng=sim)))
+            continue
+        members = data.take(order[bounds[g]:bounds[g + 1]])
         if spec.oracle not in ORACLES:  # a report format: every report made as the client does
-            values = data.take(members).codes[:, list(data.domain.indices(spec.attributes))]
+            values = members.codes[:, list(data.domain.indices(spec.attributes))]
             native = oracle.perturb(oracle.encode(values), rng=source)
             supports.append(np.asarray(oracle.support(native)))
-            continue
-        cells = data.take(members).cell_indices(spec.attributes)
-        if per_user:
-            supports.append(np.asarray(oracle.support(oracle.perturb(cells, rng=source))))
         else:
-            true_counts = np.bincount(cells, minlength=spec.cells)
-            supports.append(np.asarray(oracle.sample_support(true_counts, rng=sim)))
-    return Counts(supports, np.diff(bounds))
+            cells = members.cell_indices(spec.attributes)
+            supports.append(np.asarray(oracle.support(oracle.perturb(cells, rng=source))))
+    return Counts(supports, users)
 
 
 def estimate_views(plan: Plan, supports: list[np.ndarray] | Counts,

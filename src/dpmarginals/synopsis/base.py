@@ -206,12 +206,12 @@ class ViewSynopsis(Synopsis):
     def marginal(self, attrs: Sequence[str], *, std: bool = False) -> MarginalTable:
         """``std=True`` also attaches per-cell standard errors (:mod:`dpmarginals.synopsis.stderr`;
         needs ``info["groups"]``, which ``CALM.run`` records)."""
-        from ..inference import max_entropy
+        from ..inference.maxent import MAXENT_ITERATIONS, MAXENT_TOL, _max_entropy
 
         attrs = check_query(self.domain, attrs)
         query = self.domain.indices(attrs)
-        views = [(self.domain.indices(a), t) for a, t in self.views]
-        table = max_entropy(query, views, self.domain.sizes)
+        table = _max_entropy(query, self._index_views(), self.domain.sizes, tol=MAXENT_TOL,
+                             max_iter=MAXENT_ITERATIONS, init=None, return_info=False)
         if not std:
             return MarginalTable(self.domain.project(attrs), table)
         from .stderr import standard_errors
@@ -221,6 +221,18 @@ class ViewSynopsis(Synopsis):
 
     def measured_sets(self, attrs: Sequence[str]) -> tuple[tuple[str, ...], ...]:
         return maximal_overlaps([a for a, _ in self.views], attrs)
+
+    def _index_views(self) -> list[Any]:
+        """The views by attribute index, checked once (every query reads them)."""
+        from ..inference import as_view
+
+        key = [(a, id(t)) for a, t in self.views]
+        cached = self.__dict__.get("_checked")
+        if cached is None or cached[0] != key:
+            cached = (key, [as_view((self.domain.indices(a), t), self.domain.sizes, index=i,
+                                    copy=False) for i, (a, t) in enumerate(self.views)])
+            self.__dict__["_checked"] = cached
+        return cached[1]
 
     def _payload(self) -> dict[str, Any]:
         return {"info": self.info,
@@ -261,6 +273,9 @@ def consistent_synopsis(
 
     The weighted averages use 1/(C_i Var_i): CALM's 1/C_i when every group has the same
     size and oracle, and the variance-optimal generalisation §4.4 mentions otherwise.
+    ``info`` gets how it ended (:class:`~dpmarginals.inference.ConsistencyResult`):
+    ``consistency_rounds``, ``consistent``, ``max_inconsistency``, ``min_cell``,
+    ``consistency_dual_rounds``, ``consistency_gap`` and ``consistency_mixing``.
     """
     index_views = [(domain.indices(v.attributes), v.table) for v in views]
     with warnings.catch_warnings():
@@ -269,6 +284,9 @@ def consistent_synopsis(
         result = make_consistent(index_views, domain.sizes,
                                  variances=[v.variance for v in views], max_rounds=max_rounds)
     info = {**info, "consistency_rounds": result.rounds, "consistent": result.converged,
-            "max_inconsistency": result.max_inconsistency, "min_cell": result.min_cell}
+            "max_inconsistency": result.max_inconsistency, "min_cell": result.min_cell,
+            "consistency_dual_rounds": result.dual_rounds,
+            "consistency_gap": None if np.isnan(result.gap) else result.gap,
+            "consistency_mixing": result.mixing}
     out = [(tuple(domain.attributes[i] for i in attrs), table) for attrs, table in result]
     return ViewSynopsis(domain, out, method, info)
