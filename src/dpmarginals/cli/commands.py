@@ -277,9 +277,15 @@ def _cmd_query(args: argparse.Namespace) -> int:
     from ..private_release import load_release
 
     release = load_release(args.synopsis)
-    attrs = [a.strip() for a in args.attributes.split(",") if a.strip()]
+    if (args.attributes is None) == (args.tuple is None):
+        raise DPMarginalsError("query needs --attributes A,B (a marginal, or the tuples over "
+                               "those columns) or --tuple ITEM,ITEM (one k-tuple's count)")
     if not hasattr(release, "marginal") or not hasattr(release, "domain"):
-        return _query_tuples(release, attrs, args)
+        return _query_tuples(release, args)
+    if args.tuple is not None:
+        raise DPMarginalsError(f"--tuple applies to k-tuple releases (`dpmarginals central`); "
+                               f"{args.synopsis!r} is a synopsis: ask --attributes")
+    attrs = [a.strip() for a in args.attributes.split(",") if a.strip()]
     synopsis = release
     table = synopsis.marginal(attrs)
     if args.std:
@@ -320,10 +326,14 @@ def _cmd_query(args: argparse.Namespace) -> int:
     return 0
 
 
-def _query_tuples(release: Any, attrs: list[str], args: argparse.Namespace) -> int:
-    """``query`` on a central k-tuple release: the noisy counts of the extracted tuples."""
+def _query_tuples(release: Any, args: argparse.Namespace) -> int:
+    """``query`` on a central k-tuple release: the noisy counts of the extracted tuples
+    over ``--attributes``, or of the one ``--tuple``."""
     if args.std:
         raise DPMarginalsError("--std: a k-tuple release has no standard errors")
+    if args.tuple is not None:
+        return _query_one_tuple(release, args)
+    attrs = [a.strip() for a in args.attributes.split(",") if a.strip()]
     frame = release.tuple_counts(attrs)
     note = (f"k-tuple release ({release.provenance.describe()}): noisy counts of the "
             f"{len(frame)} extracted tuples over {', '.join(attrs)}; tuples not listed were "
@@ -337,6 +347,39 @@ def _query_tuples(release: Any, attrs: list[str], args: argparse.Namespace) -> i
     else:
         print(f"# {note}")
         print(frame.to_string(index=False))
+    return 0
+
+
+def _query_one_tuple(release: Any, args: argparse.Namespace) -> int:
+    """The noisy count of one k-tuple, or why there is none."""
+    items = [t.strip() for t in args.tuple.split(",") if t.strip()]
+    pairs: list[Any] = items
+    if not release.binary:
+        bad = [t for t in items if "=" not in t]
+        if bad:
+            raise DPMarginalsError(f"--tuple: {bad[0]!r} is not COLUMN=VALUE (this release's "
+                                   "items are a column's values, e.g. color=red)")
+        pairs = [tuple(t.split("=", 1)) for t in items]
+    if not 1 <= len(items) <= release.max_k:
+        raise DPMarginalsError(f"--tuple: a tuple of 1..{release.max_k} items, got "
+                               f"{len(items)}")
+    if len(set(items)) != len(items):
+        raise DPMarginalsError(f"--tuple: items repeat in {items}")
+    count = release.count(pairs)
+    level = release.levels[len(items) - 1]
+    mark = release.provenance.describe()
+    note = ("extracted" if count is not None else
+            f"not extracted: its noisy count was at most the threshold "
+            f"{level.threshold:g} of level k = {len(items)}, or no record holds it")
+    if args.format == "json":
+        print(json.dumps({"tuple": items, "count": count, "note": note,
+                          "privacy": release.provenance.to_dict()}))
+    elif args.format == "csv":
+        print(f"dpmarginals: {mark}", file=sys.stderr)
+        print(f"tuple,count\n{' '.join(items)},{'' if count is None else count}")
+    else:
+        print(f"# k-tuple release ({mark})")
+        print(f"{', '.join(items)}: {count if count is not None else '-'} ({note})")
     return 0
 
 
@@ -562,10 +605,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("query", help="answer a marginal from a saved synopsis",
                        description="Answer one marginal from a release (or a simulation "
                        "saved by `run --simulation --out`), with the data's own values, and "
-                       "say whether it was measured or reconstructed. On a k-tuple release of "
-                       "`central`, list the extracted tuples over the attributes.")
+                       "say whether it was measured or reconstructed, and under which privacy "
+                       "guarantee. On a k-tuple release of `central`, --attributes lists the "
+                       "extracted tuples over those columns with their noisy counts, and "
+                       "--tuple gives one tuple's count (or says it was not extracted).",
+                       epilog="Examples: dpmarginals query r.json --attributes age,sex,income; "
+                       "dpmarginals query k.json --tuple 3,17 (items of a transactional "
+                       "release) or --tuple color=red,size=M (a table's values)")
     p.add_argument("synopsis", help="release or synopsis JSON file")
-    p.add_argument("--attributes", required=True, help="comma-separated attribute names")
+    p.add_argument("--attributes", default=None, help="comma-separated attribute names")
+    p.add_argument("--tuple", default=None, metavar="ITEM,ITEM",
+                   help="k-tuple releases: the noisy count of this tuple (items: a "
+                   "transactional file's item ids, or COLUMN=VALUE of a table)")
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
     p.add_argument("--std", action="store_true",
                    help="add per-cell standard errors (analytic for a marginal inside one "
