@@ -194,7 +194,7 @@ class _ContingencyMethod:
     epsilon: float
     delta: float | None = None
     k: int = 3
-    iters: int = 1000
+    iters: int = 250
     accountant: str = "zcdp"
     name: ClassVar[str] = ""
 
@@ -304,7 +304,8 @@ class AIM(_ContingencyMethod):
 
     ``max_model_size``: AIM's cap on the junction tree, in MB (80 in the paper; smaller is
     faster and coarser); ``rounds``: AIM's round budget ``T`` (default ``16 d``, the
-    paper's); ``iters``: mirror-descent steps per refit.
+    paper's); ``iters``: mirror-descent steps per refit, warm-started from the last round's
+    model (default 250; the paper's code runs 1000).
     """
 
     max_model_size: float = 80.0

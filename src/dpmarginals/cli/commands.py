@@ -427,7 +427,8 @@ def _add_central_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=_positive_int, default=None,
                    help="aim: the round budget T (default 16 d, the paper's)")
     p.add_argument("--iters", type=_positive_int, default=None,
-                   help="aim, mst: mirror-descent steps per model fit (default 1000)")
+                   help="aim, mst: mirror-descent steps per model fit, warm-started (default 250; "
+                   "the AIM paper's code: 1000)")
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
