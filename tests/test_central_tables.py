@@ -18,7 +18,7 @@ import pytest
 
 from command_line import dpmarginals as cli
 from command_line import one_error_line
-from dpmarginals import Dataset, Domain, load_synopsis, make, release
+from dpmarginals import Dataset, Domain, load_release, load_synopsis, make, release
 from dpmarginals.central.accounting import rdp_epsilon, zcdp_epsilon, zcdp_rho
 from dpmarginals.core.errors import DPMarginalsError
 from dpmarginals.inference.pgm import GraphicalModel
@@ -243,3 +243,7 @@ def test_query_answers_one_k_tuple_of_a_central_release(tmp_path):
     proc = cli("query", out, "--attributes", "color", "--format", "csv")
     assert proc.returncode == 0 and "private central-DP release" in proc.stderr
     assert set(pd.read_csv(io.StringIO(proc.stdout))["color"]) == {"red", "blue"}
+    loaded = load_release(out)
+    assert loaded.count([("color", "red"), ("size", "S")]) == body["count"]
+    with pytest.raises(DPMarginalsError, match=r"k-tuple release.*load_release"):
+        load_synopsis(out)

@@ -187,8 +187,10 @@ def _dataset(data: pd.DataFrame | Dataset | str | Path,
 
 
 def load_release(path: str | Path) -> Any:
-    """A synopsis, or a central k-tuple release (``dpmarginals central --out``); warns if
-    the file is not private."""
+    """Any release: a synopsis (local or central, :func:`load_synopsis`), or a central k-tuple
+    release (``dpmarginals central --out``, a
+    :class:`~dpmarginals.central.result.DPMarginalsResult`: ``tuple_counts``, ``count``);
+    warns if the file is not private."""
     body = read_json(path)
     if isinstance(body, dict) and body.get("format") == SYNOPSIS_FORMAT:
         return load_synopsis(path)
