@@ -25,8 +25,9 @@ in zero-concentrated DP; ``(epsilon, delta)`` is turned into the budget
 the measurement's own privacy map is checked to spend at most ``rho`` before any data is
 touched.  ``accountant="rdp"`` uses the tighter conversion of Canonne, Kamath and Steinke
 2020 (Google's ``dp-accounting``), the one the AIM paper's code uses: at ``delta = 1e-9``
-27% more ``rho`` at ``epsilon = 1`` (0.01497 instead of 0.01178), 47% at 0.1, 11% at 10.  The number of records is not published: the model's total is
-the noisy measurements' minimum-variance estimate.
+27% more ``rho`` at ``epsilon = 1`` (0.01497 instead of 0.01178), 47% at 0.1, 11% at 10.
+The number of records is not published: the model's total is the noisy measurements'
+minimum-variance estimate.
 
 **Budget split, as in the papers' reference code** (private-pgm ``mechanisms/``): AIM gives
 ``0.9 / 16`` of ``rho`` to the d 1-way marginals (each then gets the per-round noise of the
@@ -144,10 +145,11 @@ def _model_class() -> type:
     """mbi's ``MarkovRandomField`` with list ``cliques`` and numpy marginals.
 
     ``project`` of a set outside the model's cliques is variable elimination, which JAX
-    compiles anew for every (model, query) pair: AIM scores every candidate marginal against
-    every round's model, and the compiling took ~95% of a run (NLTCS, d = 8: 18 minutes for
-    15 rounds on a loaded 2-core machine).  The same marginal by numpy's variable
-    elimination (:class:`~dpmarginals.inference.pgm.GraphicalModel`) takes milliseconds.
+    compiles anew for every (model, query) pair, and AIM scores every candidate marginal
+    against every round's model: py-spy found nearly all of a run's time in JAX compiles
+    (NLTCS, d = 8: 18 minutes for 15 rounds on a loaded 2-core machine).  The same marginal
+    by numpy's variable elimination (:class:`~dpmarginals.inference.pgm.GraphicalModel`)
+    takes milliseconds.
     """
     import jax.numpy as jnp
     from mbi import Domain as MbiDomain
