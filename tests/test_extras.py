@@ -106,6 +106,8 @@ def _missing(monkeypatch, *modules):
      lambda: __import__("dpmarginals.datasets.builtin", fromlist=["x"]).randhie_frame()),
     ("datasets", ("pooch",), lambda: __import__(
         "dpmarginals.datasets.files", fromlist=["x"]).pooch.retrieve),
+    ("tables", ("polars",), lambda: __import__(
+        "dpmarginals.central.contingency", fromlist=["x"])._opendp()),
     ("pgm", ("jax", "mbi"), lambda: __import__(
         "dpmarginals.inference.pgm", fromlist=["x"]).require_mbi()),
     ("spark", ("pyspark", "pyspark.sql"), lambda: __import__(

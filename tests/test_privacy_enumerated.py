@@ -321,7 +321,7 @@ def test_the_clients_reports_follow_their_exact_distribution(name):
 
 
 # --- per_user=True with rng=None: the OS CSPRNG ----------------------------------------------
-NOT_LOCAL = {"priview", "uni"}  # central DP, and no randomization at all (test below)
+NOT_LOCAL = {"aim", "mst", "priview", "uni"}  # central DP; no randomization at all (below)
 LOCAL_METHODS = sorted(set(available()) - NOT_LOCAL)
 
 

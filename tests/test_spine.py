@@ -39,8 +39,9 @@ SPINE_METHODS = ["calm", "fc", "am", "be", "inp_rr", "inp_ps", "inp_olh", "marg_
 FORMAT_METHODS = ["em", "inp_em", "ft", "inp_ht", "marg_ht", "inp_htcms"]
 # Exempt: calm_pgm's plan is CALM's (method "calm"), so its reports are CALM's and are
 # released as "calm" (covered above); uni, the Uniform baseline (CALM §5.1), reads no
-# record and has no reports (its plan has no groups, refused below); priview is central DP.
-EXEMPT = {"calm_pgm", "uni", "priview"}
+# record and has no reports (its plan has no groups, refused below); priview, aim and mst
+# are central DP.
+EXEMPT = {"calm_pgm", "uni", "priview", "aim", "mst"}
 
 
 def test_every_method_is_on_the_spine_or_exempt_with_a_reason():

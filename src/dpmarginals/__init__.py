@@ -20,6 +20,7 @@ _EXPORTS = {
     "MarginalTable": "core.table",
     "Plan": "protocol.plan",
     "Synopsis": "synopsis.base",
+    "load_release": "private_release",
     "load_synopsis": "synopsis.base",
     "make": "methods",
     "release": "private_release",

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
+from .central.contingency import AIM, MST
 from .central.priview import PriView
 from .core.dataset import Dataset
 from .core.domain import Domain
@@ -60,6 +61,8 @@ _REGISTRY: dict[str, Callable[..., Any]] = {
     # InpHT, MargRR, MargPS, MargHT, InpEM, InpOLH, InpHTCMS); see dpmarginals.local.cormode.
     **BASELINES,
     "priview": PriView,  # central DP, the papers' reference point
+    "aim": AIM,  # issue #18: central (epsilon, delta)-DP through OpenDP ('tables' extra)
+    "mst": MST,
 }
 
 

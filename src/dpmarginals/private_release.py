@@ -22,6 +22,8 @@ from typing import Any
 
 import pandas as pd
 
+from .central.accounting import check_delta
+from .central.contingency import RANDOMNESS
 from .core.dataset import Dataset
 from .core.domain import Domain
 from .core.errors import DPMarginalsError, PrivacyLeakWarning
@@ -35,9 +37,12 @@ from .core.provenance import (
 from .protocol.reports import MAX_GROUP_CELLS
 from .synopsis.base import SYNOPSIS_FORMAT, Synopsis, load_synopsis, read_json
 
-__all__ = ["CENTRAL_METHODS", "load_release", "release"]
+__all__ = ["CENTRAL_METHODS", "MODELS", "load_release", "release", "resolve_method"]
 
-CENTRAL_METHODS = frozenset({"priview"})
+CENTRAL_METHODS = frozenset({"aim", "mst", "priview"})
+#: Central methods that are (epsilon, delta)-DP (the others are pure epsilon-DP).
+APPROXIMATE_METHODS = frozenset({"aim", "mst"})
+MODELS = ("local", "central")
 _SEEDS = ("rng", "seed", "random_state")
 
 
@@ -45,8 +50,10 @@ def release(
     data: pd.DataFrame | Dataset | str | Path,
     domain: Domain | Mapping[str, Any] | str | Path | None = None,
     *,
-    method: str = "calm",
+    method: str | None = None,
     epsilon: float,
+    delta: float | None = None,
+    model: str | None = None,
     k: int = 3,
     domain_from_data: bool = False,
     extra_columns: str = "error",
@@ -58,9 +65,15 @@ def release(
     required unless ``data`` is a :class:`Dataset` (whose domain was declared when it was
     built) or ``domain_from_data=True`` (which reads it off the data, with a
     :class:`PrivacyLeakWarning`; the file is then marked not private, since the domain
-    reveals the data's values).  ``params`` go to the method (e.g. ``m``, ``l``,
+    reveals the data's values).  ``model``: ``"local"`` (every person randomizes her own
+    record; default method ``calm``) or ``"central"`` (a curator holds the table; default
+    method ``aim``, also ``mst`` and ``priview``); by default the method's own.  ``delta``:
+    for ``aim`` and ``mst``, which are (epsilon, delta)-DP (well below 1/n, e.g. 1e-9); the
+    other methods are pure epsilon-DP and take none.  ``k``: the marginals to answer well
+    (AIM's workload: all k-way marginals).  ``params`` go to the method (e.g. ``m``, ``l``,
     ``oracle``, ``inference``, ``postprocess``: methods that have it publish Norm-Sub'ed
-    tables unless ``postprocess="none"``); a seed or ``per_user=False`` is refused.
+    tables unless ``postprocess="none"``; AIM's ``max_model_size``, ``rounds``, ``iters``);
+    a seed or ``per_user=False`` is refused.
     """
     from .methods import make
 
@@ -70,10 +83,14 @@ def release(
                 f"release does not take {key!r}: every record is randomized on the per-user "
                 "path with the OS's secure randomness (for a seeded simulation use "
                 "make(method, ...).run(data, rng=seed))")
+    name, central = resolve_method(method, model, delta)
     dataset = _dataset(data, domain, domain_from_data, extra_columns)
-    name = method.lower().replace("-", "_")
-    central = name in CENTRAL_METHODS
-    extra: dict[str, Any] = {"sampler": "opendp"} if central else {"per_user": True}
+    extra: dict[str, Any] = {"per_user": True}
+    if name == "priview":
+        extra = {"sampler": "opendp"}
+    elif central:
+        _check_delta(float(delta), dataset.n)  # type: ignore[arg-type]
+        extra = {"delta": delta}
     algo = make(name, epsilon=epsilon, k=k, **extra, **params)
     if "postprocess" not in params and hasattr(algo, "postprocess"):
         algo.postprocess = "norm_sub"  # a published table is a distribution (FT, AM, Marg*)
@@ -84,13 +101,51 @@ def release(
         del info[key]  # timings depend on the data and are not protected
     leak = ("the domain was read off the private data (domain_from_data): its values are "
             "published unprotected" if dataset.domain_from_data else None)
+    randomness = OS_RANDOMNESS
+    if central:
+        randomness = (RANDOMNESS if name in APPROXIMATE_METHODS
+                      else "OpenDP's discrete Laplace sampler")
     synopsis.provenance = Provenance(
         private=leak is None, model="central" if central else "local", method=algo.name,
-        epsilon=float(algo.epsilon),
-        unit=CENTRAL_UNIT if central else LOCAL_UNIT,
-        randomness="OpenDP's discrete Laplace sampler" if central else OS_RANDOMNESS,
+        epsilon=float(algo.epsilon), delta=float(delta or 0.0),
+        unit=CENTRAL_UNIT if central else LOCAL_UNIT, randomness=randomness,
         plan_hash=info.get("plan_hash"), reason=leak)
     return synopsis
+
+
+def resolve_method(method: str | None, model: str | None,
+                      delta: float | None) -> tuple[str, bool]:
+    """The method's registry name and whether it is central; a wrong pairing of
+    ``model``, ``method`` and ``delta`` is a one-line error naming the value."""
+    if model is not None and model not in MODELS:
+        raise DPMarginalsError(f"model must be 'local' or 'central', got {model!r}")
+    if method is None:
+        method = "aim" if model == "central" else "calm"
+    name = method.lower().replace("-", "_")
+    central = name in CENTRAL_METHODS
+    if model == "central" and not central:
+        raise DPMarginalsError(
+            f"method {method!r} is a local-DP method; the central model takes "
+            f"{', '.join(sorted(CENTRAL_METHODS))}")
+    if model == "local" and central:
+        raise DPMarginalsError(f"method {method!r} is a central-DP method (a curator holds "
+                               "the data); use model 'central' or a local method")
+    if name in APPROXIMATE_METHODS and delta is None:
+        raise DPMarginalsError(f"method {method!r} is (epsilon, delta)-DP: give a delta "
+                               "(--delta), well below 1/n, e.g. 1e-9")
+    if name not in APPROXIMATE_METHODS and delta is not None:
+        raise DPMarginalsError(f"delta {delta!r} does not apply: method {method!r} is pure "
+                               "epsilon-DP (aim and mst take a delta)")
+    return name, central
+
+
+def _check_delta(delta: float, n: int) -> None:
+    """A delta at or above 1/n permits publishing a whole record: refused."""
+    check_delta(delta)
+    if delta * n >= 1:
+        raise DPMarginalsError(
+            f"delta {delta:g} is not below 1/n = {1 / max(n, 1):.3g} ({n:,} records): such a "
+            "delta permits publishing whole records; use one well below 1/n, e.g. 1e-9")
 
 
 def _check_size(algo: Any, data: Dataset) -> None:
@@ -132,8 +187,10 @@ def _dataset(data: pd.DataFrame | Dataset | str | Path,
 
 
 def load_release(path: str | Path) -> Any:
-    """A synopsis, or a central k-tuple release (``dpmarginals central --out``); warns if
-    the file is not private."""
+    """Any release: a synopsis (local or central, :func:`load_synopsis`), or a central k-tuple
+    release (``dpmarginals central --out``, a
+    :class:`~dpmarginals.central.result.DPMarginalsResult`: ``tuple_counts``, ``count``);
+    warns if the file is not private."""
     body = read_json(path)
     if isinstance(body, dict) and body.get("format") == SYNOPSIS_FORMAT:
         return load_synopsis(path)

@@ -71,6 +71,7 @@ __all__ = [
     "check_delta",
     "plan_budget",
     "rdp_epsilon",
+    "rdp_rho",
     "zcdp_epsilon",
     "zcdp_rho",
 ]
@@ -218,6 +219,12 @@ def plan_budget(
         sigmas=(sigma,) * max_k, delta_conversion=delta_conversion,
         delta_threshold=delta / 2, quantile_zcdp=quantile_zcdp,
     )
+
+
+def rdp_rho(epsilon: float, delta: float) -> float:
+    """The largest ``rho`` whose ``dp-accounting`` conversion certifies ``(epsilon, delta)``
+    (Canonne-Kamath-Steinke 2020; at least :func:`zcdp_rho`'s)."""
+    return _calibrate_rdp(check_epsilon(epsilon), check_delta(delta), zcdp_rho(epsilon, delta))
 
 
 def _calibrate_rdp(epsilon: float, delta: float, rho_low: float) -> float:

@@ -17,15 +17,19 @@ from typing import Any
 
 import numpy as np
 
+from ..central.accounting import check_delta
 from ..core.errors import DPMarginalsError
 from ..synopsis.stderr import INTERACTION_DECAY, REPLICATES
-from .argtypes import OneLineParser
+from .argtypes import OneLineParser, number_in, validated
 from .argtypes import epsilon as _epsilon
 from .argtypes import open_fraction as _fraction
 from .argtypes import positive_int as _positive_int
 from .argtypes import seed as _seed
 
 __all__ = ["main"]
+
+_delta = validated(check_delta)
+_positive_float = number_in(0.0, float("inf"))
 
 
 # -- commands -------------------------------------------------------------------------
@@ -176,7 +180,9 @@ def _load_data(args: argparse.Namespace) -> Any:
 
 def _method_params(args: argparse.Namespace) -> dict[str, Any]:
     params: dict[str, Any] = {"epsilon": args.epsilon, "k": args.k}
-    for key in ("theta", "m", "l", "oracle", "inference", "postprocess"):
+    if args.delta is not None:
+        params["delta"] = args.delta
+    for key in ("theta", "m", "l", "oracle", "inference", "postprocess", *_CENTRAL_OPTIONS):
         value = getattr(args, key, None)
         if value is not None:
             params[key] = value
@@ -190,9 +196,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     from ..core.provenance import Provenance
     from ..methods import make
+    from ..private_release import resolve_method
     from ..synopsis.base import UniformSynopsis
     from ..synopsis.evaluate import evaluate, exact_marginals, random_queries
 
+    args.method, central = resolve_method(args.method, args.model, args.delta)
+    model = "central" if central else "local"
     if args.out is not None and not args.simulation:
         raise DPMarginalsError(
             "run makes seeded simulations, not releases: `dpmarginals release` makes a private "
@@ -219,7 +228,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     uniform = evaluate(UniformSynopsis(data.domain), exact, queries)
     sse_all, tvd_all = np.concatenate(sse), np.concatenate(tvd)
     info = getattr(synopsis, "info", {})
-    out = {"method": args.method, "dataset": args.dataset, "n": data.n, "d": data.d,
+    out = {"method": args.method, "model": model, "dataset": args.dataset, "n": data.n,
+           "d": data.d, "delta": args.delta,
            "k": args.k, "epsilon": args.epsilon, "queries": args.queries,
            "repeats": args.repeats, "sse_mean": float(sse_all.mean()),
            "sse_std": float(sse_all.std()), "tvd_mean": float(tvd_all.mean()),
@@ -233,10 +243,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         path = "per-user randomization" if args.per_user else \
             "aggregate counts sampled from their exact distribution"
         synopsis.provenance = Provenance.simulation(
-            method.name, "central" if args.method == "priview" else "local", args.epsilon,
+            method.name, model, args.epsilon,
             f"seeded simulation by `dpmarginals run` (seed {args.seed}, {path}, "
             f"{args.repeats} run(s), the last saved); do not publish it",
-            plan_hash=info.get("plan_hash"), randomness=f"numpy generator, seed {args.seed}")
+            plan_hash=info.get("plan_hash"), randomness=f"numpy generator, seed {args.seed}",
+            delta=float(args.delta or 0.0))
         synopsis.save(args.out)
     if getattr(method, "postprocess", None) == "none":
         print(f"dpmarginals: note: {args.method}'s answers are raw unbiased estimates, not "
@@ -250,8 +261,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out))
         return 0
-    print(f"{args.method} on {args.dataset}: n={data.n}, d={data.d}, k={args.k}, "
-          f"epsilon={args.epsilon}" + (f", l={out['l']}, m={out['m']}" if out["l"] else ""))
+    budget = f"epsilon={args.epsilon}" + (f", delta={args.delta:g}" if args.delta else "")
+    print(f"{args.method} ({model} DP) on {args.dataset}: n={data.n}, d={data.d}, k={args.k}, "
+          f"{budget}" + (f", l={out['l']}, m={out['m']}" if out["l"] else ""))
+    if info.get("noise_sampler") == "opendp" and info.get("seeded_noise") is False:
+        print(f"  {args.method}'s noise is OpenDP's, which takes no seed: the runs are not "
+              "reproducible")
     print(f"  SSE over {args.queries} random {args.k}-way marginals x {args.repeats} run(s): "
           f"{out['sse_mean']:.3g} (sd {out['sse_std']:.2g});  Uniform baseline: "
           f"{out['uniform_sse_mean']:.3g}")
@@ -266,9 +281,15 @@ def _cmd_query(args: argparse.Namespace) -> int:
     from ..private_release import load_release
 
     release = load_release(args.synopsis)
-    attrs = [a.strip() for a in args.attributes.split(",") if a.strip()]
+    if (args.attributes is None) == (args.tuple is None):
+        raise DPMarginalsError("query needs --attributes A,B (a marginal, or the tuples over "
+                               "those columns) or --tuple ITEM,ITEM (one k-tuple's count)")
     if not hasattr(release, "marginal") or not hasattr(release, "domain"):
-        return _query_tuples(release, attrs, args)
+        return _query_tuples(release, args)
+    if args.tuple is not None:
+        raise DPMarginalsError(f"--tuple applies to k-tuple releases (`dpmarginals central`); "
+                               f"{args.synopsis!r} is a synopsis: ask --attributes")
+    attrs = [a.strip() for a in args.attributes.split(",") if a.strip()]
     synopsis = release
     table = synopsis.marginal(attrs)
     if args.std:
@@ -289,6 +310,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
     basis = table.describe_basis()
     if args.std and table.reconstructed:
         basis = f"{basis}; the standard errors are model-based (they assume that model)"
+    mark = synopsis.privacy.describe()
     frame = table.to_frame()
     if args.format == "json":
         body = table.to_dict()
@@ -296,20 +318,26 @@ def _cmd_query(args: argparse.Namespace) -> int:
             body["std_basis"] = "model-based" if table.reconstructed else "measured"
         print(json.dumps({**body, "privacy": synopsis.privacy.to_dict()}))
     elif args.format == "csv":
-        if basis:
-            print(f"dpmarginals: {basis}", file=sys.stderr)
+        for line in (basis, mark):
+            if line:
+                print(f"dpmarginals: {line}", file=sys.stderr)
         print(frame.to_csv(index=False), end="")
     else:
-        if basis:
-            print(f"# {basis}")
+        for line in (basis, mark):
+            if line:
+                print(f"# {line}")
         print(frame.to_string(index=False, float_format=lambda x: f"{x:.6f}"))
     return 0
 
 
-def _query_tuples(release: Any, attrs: list[str], args: argparse.Namespace) -> int:
-    """``query`` on a central k-tuple release: the noisy counts of the extracted tuples."""
+def _query_tuples(release: Any, args: argparse.Namespace) -> int:
+    """``query`` on a central k-tuple release: the noisy counts of the extracted tuples
+    over ``--attributes``, or of the one ``--tuple``."""
     if args.std:
         raise DPMarginalsError("--std: a k-tuple release has no standard errors")
+    if args.tuple is not None:
+        return _query_one_tuple(release, args)
+    attrs = [a.strip() for a in args.attributes.split(",") if a.strip()]
     frame = release.tuple_counts(attrs)
     note = (f"k-tuple release ({release.provenance.describe()}): noisy counts of the "
             f"{len(frame)} extracted tuples over {', '.join(attrs)}; tuples not listed were "
@@ -326,6 +354,39 @@ def _query_tuples(release: Any, attrs: list[str], args: argparse.Namespace) -> i
     return 0
 
 
+def _query_one_tuple(release: Any, args: argparse.Namespace) -> int:
+    """The noisy count of one k-tuple, or why there is none."""
+    items = [t.strip() for t in args.tuple.split(",") if t.strip()]
+    pairs: list[Any] = items
+    if not release.binary:
+        bad = [t for t in items if "=" not in t]
+        if bad:
+            raise DPMarginalsError(f"--tuple: {bad[0]!r} is not COLUMN=VALUE (this release's "
+                                   "items are a column's values, e.g. color=red)")
+        pairs = [tuple(t.split("=", 1)) for t in items]
+    if not 1 <= len(items) <= release.max_k:
+        raise DPMarginalsError(f"--tuple: a tuple of 1..{release.max_k} items, got "
+                               f"{len(items)}")
+    if len(set(items)) != len(items):
+        raise DPMarginalsError(f"--tuple: items repeat in {items}")
+    count = release.count(pairs)
+    level = release.levels[len(items) - 1]
+    mark = release.provenance.describe()
+    note = ("extracted" if count is not None else
+            f"not extracted: its noisy count was at most the threshold "
+            f"{level.threshold:g} of level k = {len(items)}, or no record holds it")
+    if args.format == "json":
+        print(json.dumps({"tuple": items, "count": count, "note": note,
+                          "privacy": release.provenance.to_dict()}))
+    elif args.format == "csv":
+        print(f"dpmarginals: {mark}", file=sys.stderr)
+        print(f"tuple,count\n{' '.join(items)},{'' if count is None else count}")
+    else:
+        print(f"# k-tuple release ({mark})")
+        print(f"{', '.join(items)}: {count if count is not None else '-'} ({note})")
+    return 0
+
+
 def _cmd_release(args: argparse.Namespace) -> int:
     from ..private_release import release
 
@@ -334,18 +395,44 @@ def _cmd_release(args: argparse.Namespace) -> int:
         raise DPMarginalsError(f"--out {args.out!r} is one of the inputs; write the release "
                                "elsewhere")
     params = {key: getattr(args, key) for key in ("theta", "m", "l", "oracle", "inference",
-                                                   "postprocess")
+                                                   "postprocess", *_CENTRAL_OPTIONS)
               if getattr(args, key) is not None}
-    synopsis = release(args.data, args.domain, method=args.method, epsilon=args.epsilon,
-                       k=args.k, domain_from_data=args.domain_from_data,
+    synopsis = release(args.data, args.domain, method=args.method, model=args.model,
+                       epsilon=args.epsilon, delta=args.delta, k=args.k,
+                       domain_from_data=args.domain_from_data,
                        extra_columns="ignore" if args.ignore_extra_columns else "error",
                        **params)
     synopsis.save(args.out)
     info = getattr(synopsis, "info", {})
     shape = f", l={info['l']}, m={info['m']}" if info.get("l") else ""
+    if info.get("measured"):
+        shape = f", {info['measured']} marginals measured (rho {info['rho']:.4g})"
     print(f"{synopsis.privacy.describe()}{shape}: {len(synopsis.domain)} attributes, "
           f"saved to {args.out}")
     return 0
+
+
+#: AIM's and MST's options (``release`` and ``run``), passed on only when given.
+_CENTRAL_OPTIONS = ("max_model_size", "rounds", "iters")
+
+
+def _add_central_options(p: argparse.ArgumentParser) -> None:
+    """``--model``, ``--delta`` and AIM's cost caps."""
+    p.add_argument("--model", choices=("local", "central"), default=None,
+                   help="local: every person randomizes her own record (methods calm, ...); "
+                   "central: a curator holds the table (aim, mst, priview); default: the "
+                   "method's own")
+    p.add_argument("--delta", type=_delta, default=None,
+                   help="aim and mst: the delta of (epsilon, delta)-DP, well below 1/n (e.g. "
+                   "1e-9); the other methods are pure epsilon-DP and take none")
+    p.add_argument("--max-model-size", type=_positive_float, default=None, metavar="MB",
+                   help="aim: cap on the graphical model's junction tree in MB (default 80, "
+                   "the AIM paper's; smaller is faster)")
+    p.add_argument("--rounds", type=_positive_int, default=None,
+                   help="aim: the round budget T (default 16 d, the paper's)")
+    p.add_argument("--iters", type=_positive_int, default=None,
+                   help="aim, mst: mirror-descent steps per model fit, warm-started (default 250; "
+                   "the AIM paper's code: 1000)")
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -382,10 +469,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     methods = ", ".join(_methods())
     p = sub.add_parser("release", help="a private release of a CSV/Parquet table of people",
-                       description="Make a private release: every row is one person, whose "
-                       "record is randomized on the per-user path with the operating system's "
-                       "secure randomness (no seed: for simulations use `run`). The file is "
-                       "marked private with its epsilon, method, unit of privacy and domain.")
+                       description="Make a private release. Local model (default): every row "
+                       "is one person, whose record is randomized on the per-user path with the "
+                       "operating system's secure randomness. Central model (--model central): "
+                       "a curator holds the table and publishes noisy marginals: AIM (default) "
+                       "or MST, (epsilon, delta)-DP through OpenDP, or PriView. No seed: for "
+                       "simulations use `run`. The file is marked private with its model, "
+                       "method, epsilon (and delta), unit of privacy and domain.",
+                       epilog="Example: dpmarginals release adult.csv --domain "
+                       "adult-domain.json --model central --method aim --epsilon 1 --delta "
+                       "1e-9 --out r.json")
     p.add_argument("data", help="CSV (plain or compressed) or Parquet file, one row per person")
     p.add_argument("--domain", default=None, metavar="DOMAIN.json",
                    help="the public domain: {\"attr\": size}, {\"attr\": [\"a\", \"b\"]} or "
@@ -395,11 +488,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="read the domain off the data (it is then published: a privacy leak)")
     p.add_argument("--ignore-extra-columns", action="store_true",
                    help="drop data columns the domain does not name (default: refuse)")
-    p.add_argument("--method", default="calm", metavar="METHOD",
-                   help=f"release method (default calm): {methods}")
+    p.add_argument("--method", default=None, metavar="METHOD",
+                   help=f"release method (default calm, or aim with --model central): {methods}")
     p.add_argument("--epsilon", type=_epsilon, required=True, help="privacy budget")
+    _add_central_options(p)
     p.add_argument("--k", type=_positive_int, default=3,
-                   help="size of the marginals to answer well (default 3)")
+                   help="size of the marginals to answer well (default 3; aim's workload: "
+                   "all k-way marginals)")
     p.add_argument("--theta", type=_fraction, default=None, help="CALM's theta (default 0.001)")
     p.add_argument("--m", type=_positive_int, default=None, help="override the number of marginals")
     p.add_argument("--l", type=_positive_int, default=None, help="override the marginal size")
@@ -470,9 +565,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--d", type=_positive_int, default=None, help="keep the first d attributes")
     p.add_argument("--n", type=_positive_int, default=None,
                    help="sample n users with replacement (default: every row once)")
-    p.add_argument("--method", default="calm", metavar="METHOD",
-                   help=f"release method (default calm): {methods}")
+    p.add_argument("--method", default=None, metavar="METHOD",
+                   help=f"release method (default calm, or aim with --model central): {methods}")
     p.add_argument("--epsilon", type=_epsilon, required=True, help="privacy budget")
+    _add_central_options(p)
     p.add_argument("--k", type=_positive_int, required=True, help="marginal size")
     p.add_argument("--theta", type=_fraction, default=None, help="CALM's theta (default 0.001)")
     p.add_argument("--m", type=_positive_int, default=None, help="override the number of marginals")
@@ -514,10 +610,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("query", help="answer a marginal from a saved synopsis",
                        description="Answer one marginal from a release (or a simulation "
                        "saved by `run --simulation --out`), with the data's own values, and "
-                       "say whether it was measured or reconstructed. On a k-tuple release of "
-                       "`central`, list the extracted tuples over the attributes.")
+                       "say whether it was measured or reconstructed, and under which privacy "
+                       "guarantee. On a k-tuple release of `central`, --attributes lists the "
+                       "extracted tuples over those columns with their noisy counts, and "
+                       "--tuple gives one tuple's count (or says it was not extracted).",
+                       epilog="Examples: dpmarginals query r.json --attributes age,sex,income; "
+                       "dpmarginals query k.json --tuple 3,17 (items of a transactional "
+                       "release) or --tuple color=red,size=M (a table's values)")
     p.add_argument("synopsis", help="release or synopsis JSON file")
-    p.add_argument("--attributes", required=True, help="comma-separated attribute names")
+    p.add_argument("--attributes", default=None, help="comma-separated attribute names")
+    p.add_argument("--tuple", default=None, metavar="ITEM,ITEM",
+                   help="k-tuple releases: the noisy count of this tuple (items: a "
+                   "transactional file's item ids, or COLUMN=VALUE of a table)")
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
     p.add_argument("--std", action="store_true",
                    help="add per-cell standard errors (analytic for a marginal inside one "

@@ -29,6 +29,7 @@ EXTRAS = {
     "plots": ("matplotlib",),
     "engines": ("duckdb", "pyarrow"),
     "central": ("opendp",),
+    "tables": ("opendp", "polars", "mbi", "jax"),
     "datasets": ("pooch",),
     "service": ("fastapi", "uvicorn", "psycopg"),
     "pgm": ("mbi", "jax"),

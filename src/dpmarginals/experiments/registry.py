@@ -13,6 +13,7 @@ from __future__ import annotations
 from ..core.errors import DPMarginalsError
 from .beyond_calm import BEYOND_CALM_EXPERIMENTS
 from .calm_figures import CALM_EXPERIMENTS
+from .central_tables import CENTRAL_TABLES_EXPERIMENTS
 from .cormode_figures import CORMODE_EXPERIMENTS
 from .runner import Experiment
 
@@ -20,7 +21,8 @@ __all__ = ["EXPERIMENTS", "describe", "get", "names"]
 
 EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [*CALM_EXPERIMENTS,
                                                           *CORMODE_EXPERIMENTS,
-                                                          *BEYOND_CALM_EXPERIMENTS]}
+                                                          *BEYOND_CALM_EXPERIMENTS,
+                                                          *CENTRAL_TABLES_EXPERIMENTS]}
 
 
 def names() -> list[str]:

@@ -163,6 +163,9 @@ def read_json(path: str | Path) -> Any:
 def load_synopsis(path: str | Path) -> Synopsis:
     """Read a synopsis written by :meth:`Synopsis.save`; warns if it is not private."""
     body = read_json(path)
+    if isinstance(body, dict) and body.get("format") == "dpmarginals.ktuples":
+        raise DPMarginalsError(f"{str(path)!r} is a k-tuple release (`dpmarginals central`), "
+                               "not a model of a table: open it with dpmarginals.load_release")
     if not isinstance(body, dict) or body.get("format") != SYNOPSIS_FORMAT:
         raise DPMarginalsError(f"{str(path)!r} is not a dpmarginals synopsis")
     synopsis = synopsis_from_dict(body)
