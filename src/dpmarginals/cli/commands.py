@@ -19,7 +19,7 @@ import numpy as np
 
 from ..core.errors import DPMarginalsError
 from ..synopsis.stderr import INTERACTION_DECAY, REPLICATES
-from .argtypes import OneLineParser
+from .argtypes import OneLineParser, number_in
 from .argtypes import epsilon as _epsilon
 from .argtypes import open_fraction as _fraction
 from .argtypes import positive_int as _positive_int
@@ -176,7 +176,7 @@ def _load_data(args: argparse.Namespace) -> Any:
 
 def _method_params(args: argparse.Namespace) -> dict[str, Any]:
     params: dict[str, Any] = {"epsilon": args.epsilon, "k": args.k}
-    for key in ("theta", "m", "l", "oracle", "inference", "postprocess"):
+    for key in ("theta", "m", "l", "oracle", "inference", "postprocess", *FIT_LIMITS):
         value = getattr(args, key, None)
         if value is not None:
             params[key] = value
@@ -330,7 +330,7 @@ def _cmd_release(args: argparse.Namespace) -> int:
         raise DPMarginalsError(f"--out {args.out!r} is one of the inputs; write the release "
                                "elsewhere")
     params = {key: getattr(args, key) for key in ("theta", "m", "l", "oracle", "inference",
-                                                   "postprocess")
+                                                   "postprocess", *FIT_LIMITS)
               if getattr(args, key) is not None}
     synopsis = release(args.data, args.domain, method=args.method, epsilon=args.epsilon,
                        k=args.k, domain_from_data=args.domain_from_data,
@@ -352,6 +352,21 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 # -- parser ---------------------------------------------------------------------------
+#: calm-pgm's limits on its graphical-model fit (``dpmarginals.inference.pgm_cost``).
+FIT_LIMITS = ("max_fit_seconds", "max_fit_memory_mb")
+
+
+def _add_fit_limits(p: argparse.ArgumentParser) -> None:
+    above_zero = number_in(0.0, float("inf"), high_open=False)
+    p.add_argument("--max-fit-seconds", type=above_zero, default=None, metavar="S",
+                   help="calm-pgm (or calm --inference pgm): the graphical-model fit's limit "
+                   "in predicted CPU seconds (default 60); the weakest marginals are modelled "
+                   "through their sub-marginals to stay within it, and a fit that cannot is "
+                   "refused before it starts")
+    p.add_argument("--max-fit-memory-mb", type=above_zero, default=None, metavar="MB",
+                   help="calm-pgm: the same for the fit's predicted memory (default 4096)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="dpmarginals",
@@ -404,6 +419,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--postprocess", choices=("none", "norm_sub"), default=None,
                    help="ft, am and marg_*: make each table a distribution (norm_sub, the "
                    "default here) or publish the raw unbiased estimates (none)")
+    _add_fit_limits(p)
     p.add_argument("--out", required=True, metavar="RELEASE.json", help="where to save it")
     p.set_defaults(func=_cmd_release)
 
@@ -483,6 +499,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ft, am and marg_*: raw unbiased estimates (none, the papers' "
                    "default: cells may be negative, so TVD can exceed 1) or distributions "
                    "(norm_sub)")
+    _add_fit_limits(p)
     p.add_argument("--per-user", action="store_true",
                    help="randomize every user's record (slower) instead of sampling the "
                    "aggregate counts from their exact distribution")
