@@ -87,10 +87,13 @@ EXTRA_MESSAGE = message("pgm", "graphical-model inference (calm-pgm, inference='
 JOINT_LIMIT = 2**22
 #: Largest intermediate factor variable elimination may build.
 FACTOR_LIMIT = 2**26
-#: Mirror-descent iterations at most, and the convergence criterion: stop once the loss
-#: improved by less than ``TOL`` (relative) over each of two blocks of 50 iterations.
-ITERS = 1000
-TOL = 1e-3
+#: Mirror-descent iterations.  Stopping early regularises: the fit starts from the uniform
+#: distribution and moves toward the shrunk marginals, and on 18 collections (MSNBC,
+#: Kosarak, Adult; d = 8-16, n = 2^16-2^20, eps 0.2-4) calm-pgm's mean SSE was 0.61x CALM's
+#: after 200 iterations and 0.65x after 1000 (0.59x after 100, but up to 1.4x after 50 where
+#: noise is small).  ``TOL`` (None: run them all) is mbi's convergence criterion.
+ITERS = 200
+TOL = None
 #: ``$DPMARGINALS_JAX_CACHE``: where JAX keeps compiled programs across processes (default
 #: ``~/.cache/dpmarginals/jax``); "off" keeps them in memory only.
 ENV_JAX_CACHE = "DPMARGINALS_JAX_CACHE"

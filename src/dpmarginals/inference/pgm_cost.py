@@ -8,18 +8,26 @@ holds it and sums it back out.  So, with E the cells of those holding cliques su
 the model's cliques and T the cells that go through ``exp``/``logsumexp`` (every junction-tree
 clique once, plus each clique once per message it sends), the cost model is::
 
-    setup seconds   = SETUP_BASE + SETUP_PER_CLIQUE * (cliques + messages)
-    compile seconds = COMPILE_BASE + COMPILE_PER_CLIQUE * (cliques + messages)
+    setup seconds   = SETUP_BASE + SETUP_PER_OP * (cliques + messages)
+    compile seconds = COMPILE_BASE + COMPILE_PER_CLIQUE * cliques
+                      + COMPILE_PER_MESSAGE * messages + COMPILE_PER_CLIQUE_PAIR * cliques^2
     step seconds    = STEP_PER_CELL * E + STEP_PER_EXP_CELL * T
                       + STEP_PER_OP * (cliques + messages)
-    memory MB       = MEMORY_BASE_MB + MEMORY_PER_CLIQUE_MB * (cliques + messages)
-                      + MEMORY_BYTES_PER_CELL * (E + T) / 2**20
+    memory MB       = MEMORY_BASE_MB + MEMORY_PER_OP_MB * (cliques + messages)
+                      + MEMORY_PER_CLIQUE_PAIR_MB * cliques^2
+                      + (MEMORY_BYTES_PER_CELL * (E + T) + MEMORY_BYTES_PER_TREE_CELL * J) / 2**20
 
-The constants are CPU seconds (all threads) measured on the project's machine (2 shared
-vCPUs, jax 0.10.2, mbi 2.0.0) by ``benchmarks/pgm_cost.py``, which prints them for another
-machine.  CPU time, not wall time, because a shared machine stretches wall time by a factor
-that changes from minute to minute (up to 8x during the calibration) while the CPU time a
-fit needs stays put; on an unshared machine the two agree within the few parallel parts.
+with J the junction tree's cells.  The constants are CPU seconds (all threads) and MB,
+fitted by ``benchmarks/pgm_cost.py`` (which prints them for another machine) to 16 model
+structures measured on the project's machine (2 shared vCPUs, jax 0.10.2, mbi 2.0.0) and
+then raised (compilation by 1.5x, steps and memory by 1.25x), so that the predictions err
+on the safe side: on those structures the measured CPU time was 0.4-1.6x the prediction
+and the memory 0.6-1.2x.  CPU time, not wall time, because a shared machine stretches
+wall time by a factor that changes from minute to minute (up to 8x while calibrating)
+while the CPU time a fit needs stays put; on an unshared machine the two agree within
+the few parallel parts.  Compilation is predicted for every first fit of a structure in a
+process, although JAX's persistent cache (:func:`dpmarginals.inference.pgm.require_mbi`)
+usually loads it in a second or two instead.
 
 A fit is refused before it starts when its prediction exceeds the limits
 (:func:`check_fit`), and stopped when it has used more than :data:`OVERRUN` times its
@@ -60,15 +68,19 @@ OVERRUN = 2.0
 # loss, the first oracle call, reading the potentials back) is paid by every fit, compiled
 # or not; it is a generous bound, so that tiny fits are not stopped by scheduling noise.
 SETUP_BASE = 0.2
-SETUP_PER_CLIQUE = 1e-3
-COMPILE_BASE = 1.5
-COMPILE_PER_CLIQUE = 0.08
-STEP_PER_CELL = 2.5e-9
-STEP_PER_EXP_CELL = 2.0e-8
-STEP_PER_OP = 2.0e-6
-MEMORY_BASE_MB = 250.0
-MEMORY_PER_CLIQUE_MB = 1.0
-MEMORY_BYTES_PER_CELL = 40.0
+SETUP_PER_OP = 1e-3
+COMPILE_BASE = 1.2
+COMPILE_PER_CLIQUE = 0.04
+COMPILE_PER_MESSAGE = 0.04
+COMPILE_PER_CLIQUE_PAIR = 2.1e-4
+STEP_PER_CELL = 3.4e-9
+STEP_PER_EXP_CELL = 2.6e-8
+STEP_PER_OP = 4.3e-7
+MEMORY_BASE_MB = 185.0
+MEMORY_PER_OP_MB = 0.97
+MEMORY_PER_CLIQUE_PAIR_MB = 2.8e-3
+MEMORY_BYTES_PER_CELL = 6.7
+MEMORY_BYTES_PER_TREE_CELL = 40.0
 #: Mirror-descent steps per block (``mbi.estimation.CALLBACK_EVERY``): a fit runs whole blocks.
 BLOCK = 50
 
@@ -130,17 +142,20 @@ def predict_fit(domain: Domain, cliques: Sequence[Sequence[str]], iters: int, *,
     step_cells = sum(dom.size(holder[c]) for c in model)
     exp_cells = tree_cells + sum(dom.size(a) + dom.size(b) for a, b in tree.edges())
     messages = 2 * tree.number_of_edges()
-    ops = len(model) + messages
+    ops, k = len(model) + messages, len(model)
     steps = BLOCK * max(1, math.ceil(iters / BLOCK))
     return FitCost(
-        cliques=len(model), tree_cliques=len(nodes), tree_cells=tree_cells, messages=messages,
+        cliques=k, tree_cliques=len(nodes), tree_cells=tree_cells, messages=messages,
         step_cells=step_cells, exp_cells=exp_cells, iters=steps, compiled=compiled,
-        setup_seconds=SETUP_BASE + SETUP_PER_CLIQUE * ops,
-        compile_seconds=0.0 if compiled else COMPILE_BASE + COMPILE_PER_CLIQUE * ops,
+        setup_seconds=SETUP_BASE + SETUP_PER_OP * ops,
+        compile_seconds=0.0 if compiled else (
+            COMPILE_BASE + COMPILE_PER_CLIQUE * k + COMPILE_PER_MESSAGE * messages
+            + COMPILE_PER_CLIQUE_PAIR * k**2),
         step_seconds=(STEP_PER_CELL * step_cells + STEP_PER_EXP_CELL * exp_cells
                       + STEP_PER_OP * ops),
-        memory_mb=(MEMORY_BASE_MB + MEMORY_PER_CLIQUE_MB * ops
-                   + MEMORY_BYTES_PER_CELL * (step_cells + exp_cells) / 2**20))
+        memory_mb=(MEMORY_BASE_MB + MEMORY_PER_OP_MB * ops + MEMORY_PER_CLIQUE_PAIR_MB * k**2
+                   + (MEMORY_BYTES_PER_CELL * (step_cells + exp_cells)
+                      + MEMORY_BYTES_PER_TREE_CELL * tree_cells) / 2**20))
 
 
 def check_limits(max_fit_seconds: float, max_fit_memory_mb: float) -> tuple[float, float]:
