@@ -498,12 +498,16 @@ def fit_graphical_model(
     mbi = require_mbi()
     from mbi import estimation
 
-    dom = mbi.Domain(domain.attributes, domain.sizes)
+    # mbi sees the attributes by their index: it orders junction-tree messages through
+    # sets, and strings hash differently in every process (integers do not), so with
+    # names each process compiled a different program and JAX's disk cache never hit.
+    dom = mbi.Domain(tuple(range(len(domain))), domain.sizes)
     meas = []
     for attrs, table, sd in measurements:
         canon = _canonical(domain, attrs)
         y = _project(tuple(attrs), np.asarray(table, dtype=np.float64), canon)
-        meas.append(mbi.LinearMeasurement(y.ravel(), canon, float(sd)))
+        meas.append(mbi.LinearMeasurement(y.ravel(), tuple(map(domain.index, canon)),
+                                          float(sd)))
     warm = None
     if warm_start is not None:
         warm = _to_clique_vector(mbi, dom, warm_start)
@@ -512,7 +516,8 @@ def fit_graphical_model(
     pots = []
     for clique in model.potentials.cliques:
         f = model.potentials.tables[clique]
-        pots.append((tuple(f.domain.attributes), np.asarray(f.values, dtype=np.float64)))
+        attrs = tuple(domain.attributes[i] for i in f.domain.attributes)
+        pots.append((attrs, np.asarray(f.values, dtype=np.float64)))
     return GraphicalModel(domain, pots)
 
 
@@ -530,7 +535,10 @@ def _structure(domain: Domain, cliques: Sequence[Sequence[str]]) -> tuple[Any, .
 def _to_clique_vector(mbi: Any, dom: Any, model: GraphicalModel) -> Any:
     import jax.numpy as jnp
 
-    tables = {a: mbi.Factor(dom.project(a), jnp.asarray(t)) for a, t in model.potentials}
+    tables = {}
+    for attrs, table in model.potentials:
+        clique = tuple(map(model.domain.index, attrs))
+        tables[clique] = mbi.Factor(dom.project(clique), jnp.asarray(table))
     return mbi.CliqueVector(dom, list(tables), tables)
 
 

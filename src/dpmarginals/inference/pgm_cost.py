@@ -133,8 +133,9 @@ def predict_fit(domain: Domain, cliques: Sequence[Sequence[str]], iters: int, *,
     from mbi.clique_utils import clique_mapping, maximal_subset
     from mbi.junction_tree import make_junction_tree, maximal_cliques
 
-    dom = mbi.Domain(domain.attributes, domain.sizes)
-    model = maximal_subset([tuple(c) for c in cliques])  # the loss keeps the maximal ones
+    dom = mbi.Domain(tuple(range(len(domain))), domain.sizes)  # as the fit names them
+    # the loss keeps the maximal cliques
+    model = maximal_subset([tuple(sorted(map(domain.index, c))) for c in cliques])
     tree, _ = make_junction_tree(dom, model)
     nodes = maximal_cliques(tree)
     holder = clique_mapping(nodes, model, dom)
