@@ -360,7 +360,7 @@ def _add_fit_limits(p: argparse.ArgumentParser) -> None:
     above_zero = number_in(0.0, float("inf"), high_open=False)
     p.add_argument("--max-fit-seconds", type=above_zero, default=None, metavar="S",
                    help="calm-pgm (or calm --inference pgm): the graphical-model fit's limit "
-                   "in predicted CPU seconds (default 60); the weakest marginals are modelled "
+                   "in predicted CPU seconds (default 30); the weakest marginals are modelled "
                    "through their sub-marginals to stay within it, and a fit that cannot is "
                    "refused before it starts")
     p.add_argument("--max-fit-memory-mb", type=above_zero, default=None, metavar="MB",

@@ -19,10 +19,11 @@ clique once, plus each clique once per message it sends), the cost model is::
 
 with J the junction tree's cells.  The constants are CPU seconds (all threads) and MB,
 fitted by ``benchmarks/pgm_cost.py`` (which prints them for another machine) to 16 model
-structures measured on the project's machine (2 shared vCPUs, jax 0.10.2, mbi 2.0.0) and
-then raised (compilation by 1.5x, steps and memory by 1.25x), so that the predictions err
-on the safe side: on those structures the measured CPU time was 0.4-1.6x the prediction
-and the memory 0.6-1.2x.  CPU time, not wall time, because a shared machine stretches
+structures (1 to 560 cliques, junction trees of 252 to 16.8M cells) measured on the
+project's machine (2 shared vCPUs, jax 0.10.2, mbi 2.0.0) and then raised (compilation
+by 1.5x, steps and memory by 1.25x), so that the predictions err on the safe side: on
+those structures a fit's measured CPU time was 0.45-1.42x its prediction and its memory
+0.62-1.38x.  CPU time, not wall time, because a shared machine stretches
 wall time by a factor that changes from minute to minute (up to 8x while calibrating)
 while the CPU time a fit needs stays put; on an unshared machine the two agree within
 the few parallel parts.  Compilation is predicted for every first fit of a structure in a
@@ -59,7 +60,7 @@ __all__ = [
 
 #: Default limits on a fit's predicted CPU seconds and memory; raise them with
 #: ``max_fit_seconds`` / ``max_fit_memory_mb`` (``--max-fit-seconds``, ``--max-fit-memory-mb``).
-MAX_FIT_SECONDS = 60.0
+MAX_FIT_SECONDS = 30.0
 MAX_FIT_MEMORY_MB = 4096.0
 #: A running fit stops once it has used this many times its predicted CPU seconds.
 OVERRUN = 2.0
@@ -69,18 +70,18 @@ OVERRUN = 2.0
 # or not; it is a generous bound, so that tiny fits are not stopped by scheduling noise.
 SETUP_BASE = 0.2
 SETUP_PER_OP = 1e-3
-COMPILE_BASE = 1.2
-COMPILE_PER_CLIQUE = 0.04
-COMPILE_PER_MESSAGE = 0.04
-COMPILE_PER_CLIQUE_PAIR = 2.1e-4
+COMPILE_BASE = 1.5
+COMPILE_PER_CLIQUE = 0.034
+COMPILE_PER_MESSAGE = 0.042
+COMPILE_PER_CLIQUE_PAIR = 2.3e-4
 STEP_PER_CELL = 3.4e-9
-STEP_PER_EXP_CELL = 2.6e-8
-STEP_PER_OP = 4.3e-7
-MEMORY_BASE_MB = 185.0
-MEMORY_PER_OP_MB = 0.97
-MEMORY_PER_CLIQUE_PAIR_MB = 2.8e-3
-MEMORY_BYTES_PER_CELL = 6.7
-MEMORY_BYTES_PER_TREE_CELL = 40.0
+STEP_PER_EXP_CELL = 2.4e-8
+STEP_PER_OP = 4.5e-7
+MEMORY_BASE_MB = 160.0
+MEMORY_PER_OP_MB = 1.2
+MEMORY_PER_CLIQUE_PAIR_MB = 2.6e-3
+MEMORY_BYTES_PER_CELL = 6.2
+MEMORY_BYTES_PER_TREE_CELL = 43.0
 #: Mirror-descent steps per block (``mbi.estimation.CALLBACK_EVERY``): a fit runs whole blocks.
 BLOCK = 50
 
@@ -120,7 +121,7 @@ class FitCost:
         return (f"{self.seconds:,.0f} s ({compile_part}{self.iters} iterations x "
                 f"{self.step_seconds:.2g} s over a junction tree of {self.tree_cells:,} cells "
                 f"in {self.tree_cliques} cliques, {self.step_cells:,} cells per iteration for "
-                f"{self.cliques} measured cliques) and {self.memory_mb:,.0f} MB")
+                f"{self.cliques} measured cliques) and {self.memory_mb:,.0f} MB of memory")
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "seconds": self.seconds}
