@@ -375,3 +375,34 @@ def test_a_model_over_the_limits_drops_its_weakest_views(monkeypatch):
     weakest_kept = min(factors[",".join(sorted(c))] for c in kept)
     dropped = [c for c in cliques if c not in kept]
     assert all(factors[",".join(sorted(c))] <= weakest_kept for c in dropped)
+
+
+_FIT_IN_A_NEW_PROCESS = """
+import numpy as np
+from dpmarginals import Domain
+from dpmarginals.inference.pgm import fit_graphical_model
+dom = Domain(tuple("abcdef"), (2, 3, 2, 2, 3, 2))
+cliques = [("a", "b"), ("b", "c"), ("c", "d"), ("b", "e"), ("e", "f"), ("a", "c")]
+rng = np.random.default_rng(0)
+meas = [(c, rng.dirichlet(np.ones(dom.project(c).cells())).reshape(dom.project(c).shape), 0.1)
+        for c in cliques]
+fit_graphical_model(dom, meas, iters=50)
+"""
+
+
+@needs_mbi
+@pytest.mark.slow
+def test_a_new_process_reuses_the_compiled_fit(tmp_path):
+    """Two processes with different string hashes compile the same programs, so the second
+    loads them from JAX's disk cache (mbi orders messages through sets of attributes)."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "DPMARGINALS_JAX_CACHE": str(tmp_path),
+           "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    for seed in ("1", "2"):
+        subprocess.run([sys.executable, "-c", _FIT_IN_A_NEW_PROCESS], check=True,
+                       env={**env, "PYTHONHASHSEED": seed}, capture_output=True)
+    programs = [p.name.split("-")[0] for p in tmp_path.iterdir()]
+    assert programs.count("jit__multi_step") == 1
+    assert programs.count("jit_message_passing_hugin") == 1

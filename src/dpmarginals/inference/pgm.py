@@ -19,18 +19,23 @@ alternative of issue #9, in three steps:
    construction.
 2. **Clique selection**: a view whose top-order interaction was shrunk by more than
    ``1 - keep`` is replaced by its sub-marginals (recursively), which both regularises the
-   model and keeps the junction tree small.
+   model and keeps the junction tree small.  When the fit of the selected cliques is
+   predicted to exceed ``max_fit_seconds`` or ``max_fit_memory_mb``
+   (:mod:`dpmarginals.inference.pgm_cost`), the weakest views are replaced the same way
+   until it does not.
 3. **Graphical-model fit** (:func:`fit_graphical_model`): the selected marginals go as
    ``mbi.LinearMeasurement(table, clique, stddev)`` into ``mbi``'s mirror-descent estimator
-   (McKenna, Sheldon, Miklau, ICML 2019), which returns the maximum-entropy distribution
-   in the marginal polytope closest to them — one non-negative, consistent joint
+   (McKenna, Sheldon, Miklau, ICML 2019), which moves from the uniform distribution toward
+   the maximum-entropy distribution in the marginal polytope closest to them (200
+   iterations: stopping early regularises) — one non-negative, consistent joint
    distribution.  Its log-potentials are kept as plain numpy arrays
    (:class:`GraphicalModel`), so answering queries and loading a saved synopsis need
-   neither JAX nor ``mbi``.
+   neither JAX nor ``mbi``.  A fit predicted over the limits is refused before it starts,
+   and one that uses twice its predicted CPU time is stopped.
 
 Only step 3 needs the optional ``pgm`` extra (``pip install 'dpmarginals[pgm]'``); it
 switches JAX to 64-bit floats for the whole process (``jax_enable_x64``), as ``mbi``
-recommends.
+recommends, and keeps JAX's compiled programs on disk (:func:`require_mbi`).
 
 >>> import numpy as np
 >>> from dpmarginals.core.domain import Domain
