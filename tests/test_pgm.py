@@ -321,7 +321,8 @@ def test_a_fit_over_the_limits_is_refused_before_it_starts(monkeypatch, capsys, 
     for params in ({"max_fit_seconds": 0.01}, {"max_fit_memory_mb": 1.0},
                    {"shrink": False, "max_fit_seconds": 0.01}):
         with pytest.raises(DPMarginalsError,
-                           match=r"would take [\d,.]+ s \(.* and [\d,.]+ MB, over the limits"):
+                           match=r"would take [\d,.]+ s \(.* and [\d,.]+ MB of memory, over the "
+                           r"limits of [\d,.]+ s and [\d,.]+ MB"):
             make("calm-pgm", epsilon=1.0, k=2, **params).run(data, rng=1)
     csv, dom = tmp_path / "d.csv", tmp_path / "d.json"
     _write_csv(csv)

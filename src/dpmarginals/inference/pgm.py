@@ -69,8 +69,9 @@ from dpmarginals.inference.pgm_cost import (
     FitWatch,
     check_fit,
     check_limits,
+    fit_within,
+    limits_to_json,
     predict_fit,
-    within,
 )
 
 __all__ = [
@@ -389,9 +390,16 @@ def _facets(s: tuple[str, ...]) -> list[tuple[str, ...]]:
 
 
 def _maximal(sets: set[tuple[str, ...]]) -> list[tuple[str, ...]]:
-    frozen = [frozenset(s) for s in sets]
-    maximal = [s for s, f in zip(sets, frozen, strict=True) if not any(f < o for o in frozen)]
-    return sorted(maximal, key=lambda s: (len(s), s))
+    """The sets no other set contains (each set's subsets of the sizes present are listed
+    once, not compared pairwise: plans have thousands of sets)."""
+    sizes = sorted({len(s) for s in sets})
+    inside: set[frozenset[str]] = set()
+    for t in sets:
+        for size in sizes:
+            if size >= len(t):
+                break
+            inside.update(map(frozenset, itertools.combinations(t, size)))
+    return sorted((s for s in sets if frozenset(s) not in inside), key=lambda s: (len(s), s))
 
 
 # -- step 3: the graphical model --------------------------------------------------------
@@ -557,8 +565,8 @@ def pgm_estimate(
     warm_start: GraphicalModel | None = None,
     cliques: Sequence[Sequence[str]] | None = None,
     tol: float | None = TOL,
-    max_fit_seconds: float = MAX_FIT_SECONDS,
-    max_fit_memory_mb: float = MAX_FIT_MEMORY_MB,
+    max_fit_seconds: float | None = MAX_FIT_SECONDS,
+    max_fit_memory_mb: float | None = MAX_FIT_MEMORY_MB,
 ) -> tuple[GraphicalModel, dict[str, Any]]:
     """The whole inference: shrinkage (optional), clique selection, ``mbi`` fit.
 
@@ -569,9 +577,10 @@ def pgm_estimate(
     selected cliques' prediction exceeds ``max_fit_seconds`` or ``max_fit_memory_mb``, the
     views with the weakest shrunk interactions are modelled through their sub-marginals
     only until it does not; with ``cliques`` fixed, or without shrinkage, or when even the
-    1-way model exceeds them, the fit is refused, naming the prediction.  A fit that uses
-    more than twice its predicted CPU time is stopped.  Returns the model and an info dict
-    (cliques, seconds, prediction, iterations run, fitted prior variances per order).
+    1-way model exceeds them, the fit is refused, naming the prediction (``None``: no
+    limit).  A fit that uses more than twice its predicted CPU time is stopped.  Returns
+    the model and an info dict (cliques, seconds, prediction, iterations run, fitted prior
+    variances per order).
     """
     clock = time.perf_counter()
     require_mbi()
@@ -592,8 +601,8 @@ def pgm_estimate(
             unbounded = select_cliques(sets, shrunk, keep=keep)
             cliques = select_cliques(
                 sets, shrunk, keep=keep,
-                fits=lambda c: within(predict_fit(domain, c, iters), max_fit_seconds,
-                                      max_fit_memory_mb))
+                fits=lambda c: fit_within(domain, c, iters, max_fit_seconds,
+                                          max_fit_memory_mb))
             if cliques != unbounded:
                 info["cliques_reduced"] = _reduction(unbounded, cliques)
         cliques = [_canonical(domain, c) for c in cliques]
@@ -606,8 +615,7 @@ def pgm_estimate(
         cliques = [_canonical(domain, v.attributes) for v in views]
         info = {"shrink": False}
     structure = _structure(domain, [c for c, _, _ in meas])
-    cost = predict_fit(domain, [_canonical(domain, c) for c, _, _ in meas], iters,
-                       compiled=structure in _COMPILED)
+    cost = predict_fit(domain, [c for c, _, _ in meas], iters, compiled=structure in _COMPILED)
     check_fit(cost, max_fit_seconds, max_fit_memory_mb)
     if "cliques_reduced" in info:
         reduced = info["cliques_reduced"]
@@ -629,8 +637,7 @@ def pgm_estimate(
                                "compile_seconds": round(cost.compile_seconds, 3),
                                "step_seconds": cost.step_seconds,
                                "tree_cells": cost.tree_cells, "step_cells": cost.step_cells},
-                 "limits": {"max_fit_seconds": max_fit_seconds,
-                            "max_fit_memory_mb": max_fit_memory_mb},
+                 "limits": limits_to_json(max_fit_seconds, max_fit_memory_mb),
                  "fit_cpu_seconds": watch.cpu_seconds,
                  "shrink_seconds": shrunk_seconds,
                  "fit_seconds": time.perf_counter() - clock - shrunk_seconds})

@@ -41,7 +41,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from dpmarginals.core.domain import Domain
@@ -55,7 +55,10 @@ __all__ = [
     "FitWatch",
     "check_fit",
     "check_limits",
+    "fit_within",
+    "limits_to_json",
     "predict_fit",
+    "within",
 ]
 
 #: Default limits on a fit's predicted CPU seconds and memory; raise them with
@@ -123,9 +126,6 @@ class FitCost:
                 f"in {self.tree_cliques} cliques, {self.step_cells:,} cells per iteration for "
                 f"{self.cliques} measured cliques) and {self.memory_mb:,.0f} MB of memory")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "seconds": self.seconds}
-
 
 def predict_fit(domain: Domain, cliques: Sequence[Sequence[str]], iters: int, *,
                 compiled: bool = False) -> FitCost:
@@ -160,13 +160,14 @@ def predict_fit(domain: Domain, cliques: Sequence[Sequence[str]], iters: int, *,
                       + MEMORY_BYTES_PER_TREE_CELL * tree_cells) / 2**20))
 
 
-def check_limits(max_fit_seconds: float, max_fit_memory_mb: float) -> tuple[float, float]:
-    """Validate the two limits (positive numbers; ``math.inf`` means none)."""
+def check_limits(max_fit_seconds: float | None,
+                 max_fit_memory_mb: float | None) -> tuple[float, float]:
+    """Validate the two limits: positive numbers, ``None`` or ``math.inf`` for none."""
     out = []
     for name, value in (("max_fit_seconds", max_fit_seconds),
                         ("max_fit_memory_mb", max_fit_memory_mb)):
         try:
-            number = float(value)
+            number = math.inf if value is None else float(value)
         except (TypeError, ValueError):
             raise DPMarginalsError(f"{name} must be a number, got {value!r}") from None
         if not number > 0:
@@ -175,8 +176,35 @@ def check_limits(max_fit_seconds: float, max_fit_memory_mb: float) -> tuple[floa
     return out[0], out[1]
 
 
+def limits_to_json(max_fit_seconds: float, max_fit_memory_mb: float) -> dict[str, Any]:
+    """The limits as strict JSON (no limit: ``None``)."""
+    return {"max_fit_seconds": None if math.isinf(max_fit_seconds) else max_fit_seconds,
+            "max_fit_memory_mb": None if math.isinf(max_fit_memory_mb) else max_fit_memory_mb}
+
+
 def within(cost: FitCost, max_fit_seconds: float, max_fit_memory_mb: float) -> bool:
+    """Whether both predictions are within their limits."""
     return cost.seconds <= max_fit_seconds and cost.memory_mb <= max_fit_memory_mb
+
+
+def fit_within(domain: Domain, cliques: Sequence[Sequence[str]], iters: int,
+               max_fit_seconds: float, max_fit_memory_mb: float) -> bool:
+    """Whether a fit on ``cliques`` is predicted within the limits.
+
+    The terms that need no junction tree (compilation and memory grow with the cliques'
+    number, each step touches at least every clique's own cells) are checked first: for a
+    plan of thousands of cliques the tree takes seconds to build, and its bound alone is
+    far over the limits.
+    """
+    k = len(cliques)
+    own_cells = sum(domain.project(c).cells() for c in cliques)
+    steps = BLOCK * max(1, math.ceil(iters / BLOCK))
+    seconds = (SETUP_BASE + COMPILE_BASE + COMPILE_PER_CLIQUE * k + COMPILE_PER_CLIQUE_PAIR * k**2
+               + steps * STEP_PER_CELL * own_cells)
+    memory = MEMORY_BASE_MB + MEMORY_PER_OP_MB * k + MEMORY_PER_CLIQUE_PAIR_MB * k**2
+    if seconds > max_fit_seconds or memory > max_fit_memory_mb:
+        return False
+    return within(predict_fit(domain, cliques, iters), max_fit_seconds, max_fit_memory_mb)
 
 
 def check_fit(cost: FitCost, max_fit_seconds: float, max_fit_memory_mb: float) -> None:
@@ -185,7 +213,7 @@ def check_fit(cost: FitCost, max_fit_seconds: float, max_fit_memory_mb: float) -
         return
     raise DPMarginalsError(
         f"the graphical-model fit would take {cost.describe()}, over the limits of "
-        f"{max_fit_seconds:,.0f} s and {max_fit_memory_mb:,.0f} MB (CPU time on this machine); "
+        f"{max_fit_seconds:,g} s and {max_fit_memory_mb:,g} MB (CPU time on this machine); "
         "raise max_fit_seconds / max_fit_memory_mb (--max-fit-seconds, --max-fit-memory-mb), "
         "or use CALM's inference or fewer or smaller marginals")
 

@@ -35,7 +35,12 @@ from ..inference.pgm import (
     pgm_estimate,
     require_mbi,
 )
-from ..inference.pgm_cost import MAX_FIT_MEMORY_MB, MAX_FIT_SECONDS
+from ..inference.pgm_cost import (
+    MAX_FIT_MEMORY_MB,
+    MAX_FIT_SECONDS,
+    check_limits,
+    limits_to_json,
+)
 from ..protocol.plan import Plan
 from ..synopsis.base import Synopsis, check_query, maximal_overlaps
 from .calm import CALM
@@ -105,11 +110,11 @@ def pgm_options(method: Any) -> dict[str, Any]:
 def pgm_synopsis(domain: Domain, views: Sequence[NoisyMarginal], method: str,
                  info: Mapping[str, Any], *, shrink: bool = True, keep: float = KEEP,
                  iters: int = ITERS, tol: float | None = TOL,
-                 max_fit_seconds: float = MAX_FIT_SECONDS,
-                 max_fit_memory_mb: float = MAX_FIT_MEMORY_MB) -> PGMSynopsis:
+                 max_fit_seconds: float | None = MAX_FIT_SECONDS,
+                 max_fit_memory_mb: float | None = MAX_FIT_MEMORY_MB) -> PGMSynopsis:
     """Graphical-model inference over noisy views, packed as a synopsis."""
-    options = {"shrink": shrink, "keep": keep, "iters": iters, "tol": tol,
-               "max_fit_seconds": max_fit_seconds, "max_fit_memory_mb": max_fit_memory_mb}
+    limits = limits_to_json(*check_limits(max_fit_seconds, max_fit_memory_mb))
+    options = {"shrink": shrink, "keep": keep, "iters": iters, "tol": tol, **limits}
     model, fit = pgm_estimate(domain, views, **options)
     return PGMSynopsis(domain, model, method, {**info, **fit}, options)
 
