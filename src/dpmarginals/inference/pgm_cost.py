@@ -42,6 +42,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from dpmarginals.core.domain import Domain
@@ -130,13 +131,20 @@ class FitCost:
 def predict_fit(domain: Domain, cliques: Sequence[Sequence[str]], iters: int, *,
                 compiled: bool = False) -> FitCost:
     """The predicted CPU seconds and memory of ``mbi``'s fit of a model on ``cliques``."""
+    # the fit names attributes by index; the loss keeps the maximal cliques
+    indices = tuple(sorted(tuple(sorted(map(domain.index, c))) for c in cliques))
+    return _predict(domain.sizes, indices, iters, compiled)
+
+
+@lru_cache(maxsize=256)  # a bootstrap re-fits one structure many times
+def _predict(sizes: tuple[int, ...], cliques: tuple[tuple[int, ...], ...], iters: int,
+             compiled: bool) -> FitCost:
     import mbi
     from mbi.clique_utils import clique_mapping, maximal_subset
     from mbi.junction_tree import make_junction_tree, maximal_cliques
 
-    dom = mbi.Domain(tuple(range(len(domain))), domain.sizes)  # as the fit names them
-    # the loss keeps the maximal cliques
-    model = maximal_subset([tuple(sorted(map(domain.index, c))) for c in cliques])
+    dom = mbi.Domain(tuple(range(len(sizes))), sizes)
+    model = maximal_subset(list(cliques))
     tree, _ = make_junction_tree(dom, model)
     nodes = maximal_cliques(tree)
     holder = clique_mapping(nodes, model, dom)
