@@ -350,7 +350,7 @@ def test_a_fit_past_twice_its_prediction_is_stopped(monkeypatch):
     data = chain_data(4000, 4, seed=3)
     cost._predict.cache_clear()  # predictions are memoised per structure
     try:
-        with pytest.raises(DPMarginalsError, match=r"stopped after 50 of 200 iterations: it "
+        with pytest.raises(DPMarginalsError, match=r"stopped after 50 of 1000 iterations: it "
                            r"used .* more than 2x its predicted"):
             make("calm-pgm", epsilon=1.0, k=2).run(data, rng=1)
     finally:

@@ -25,9 +25,8 @@ alternative of issue #9, in three steps:
    until it does not.
 3. **Graphical-model fit** (:func:`fit_graphical_model`): the selected marginals go as
    ``mbi.LinearMeasurement(table, clique, stddev)`` into ``mbi``'s mirror-descent estimator
-   (McKenna, Sheldon, Miklau, ICML 2019), which moves from the uniform distribution toward
-   the maximum-entropy distribution in the marginal polytope closest to them (200
-   iterations: stopping early regularises) — one non-negative, consistent joint
+   (McKenna, Sheldon, Miklau, ICML 2019), which returns the maximum-entropy distribution
+   in the marginal polytope closest to them — one non-negative, consistent joint
    distribution.  Its log-potentials are kept as plain numpy arrays
    (:class:`GraphicalModel`), so answering queries and loading a saved synopsis need
    neither JAX nor ``mbi``.  A fit predicted over the limits is refused before it starts,
@@ -93,12 +92,13 @@ EXTRA_MESSAGE = message("pgm", "graphical-model inference (calm-pgm, inference='
 JOINT_LIMIT = 2**22
 #: Largest intermediate factor variable elimination may build.
 FACTOR_LIMIT = 2**26
-#: Mirror-descent iterations.  Stopping early regularises: the fit starts from the uniform
-#: distribution and moves toward the shrunk marginals, and on 18 collections (MSNBC,
-#: Kosarak, Adult; d = 8-16, n = 2^16-2^20, eps 0.2-4) calm-pgm's mean SSE was 0.61x CALM's
-#: after 200 iterations and 0.65x after 1000 (0.59x after 100, but up to 1.4x after 50 where
-#: noise is small).  ``TOL`` (None: run them all) is mbi's convergence criterion.
-ITERS = 200
+#: Mirror-descent iterations.  Fewer regularise small models (on 18 collections of MSNBC,
+#: Kosarak, Adult at d = 8-16 with pairs or small junction trees, calm-pgm's mean SSE was
+#: 0.61x CALM's after 200 iterations, 0.65x after 1000) but leave dense ones far from the
+#: optimum: 560 overlapping triples in one 16-way clique (Kosarak d = 16, n = 2^20) were 17x
+#: CALM's error after 200 iterations and 0.46x after 1000 (Armijo's step shrinks with the
+#: overlap).  ``TOL`` (None: run them all) is mbi's convergence criterion.
+ITERS = 1000
 TOL = None
 #: ``$DPMARGINALS_JAX_CACHE``: where JAX keeps compiled programs across processes (default
 #: ``~/.cache/dpmarginals/jax``); "off" keeps them in memory only.
