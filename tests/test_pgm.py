@@ -259,6 +259,19 @@ def test_fit_limits_are_checked():
         make("calm-pgm", epsilon=1.0, max_fit_memory_mb=0)
 
 
+def test_fit_limits_on_the_command_line_need_the_pgm_inference(capsys, tmp_path):
+    csv, dom = tmp_path / "d.csv", tmp_path / "d.json"
+    _write_csv(csv)
+    dom.write_text(json.dumps({f"a{j}": 2 for j in range(3)}))
+    for method in (["--method", "fc"], ["--method", "calm"], ["--method", "am",
+                                                              "--inference", "pgm"]):
+        code = main(["run", "--dataset", str(csv), "--domain", str(dom), "--k", "2",
+                     "--epsilon", "1", "--max-fit-memory-mb", "100", *method])
+        err = capsys.readouterr().err
+        assert code == 2 and len(err.strip().splitlines()) == 1
+        assert "apply to --method calm-pgm and --method calm --inference pgm" in err
+
+
 def test_the_compilation_cache_goes_to_the_user_cache(monkeypatch, tmp_path):
     from types import SimpleNamespace
 

@@ -174,7 +174,19 @@ def _load_data(args: argparse.Namespace) -> Any:
     return load(name, d=args.d, n=args.n, rng=np.random.SeedSequence([args.seed, 1]))
 
 
+def _check_fit_limits(args: argparse.Namespace) -> None:
+    """The fit's limits go with calm's graphical-model inference only."""
+    if any(getattr(args, key, None) is not None for key in FIT_LIMITS) and not (
+            args.method.lower().replace("-", "_") == "calm_pgm"
+            or (args.method.lower() == "calm" and args.inference == "pgm")):
+        raise DPMarginalsError("--max-fit-seconds and --max-fit-memory-mb apply to "
+                               "--method calm-pgm and --method calm --inference pgm, not to "
+                               f"--method {args.method}" + (f" --inference {args.inference}"
+                                                            if args.inference else ""))
+
+
 def _method_params(args: argparse.Namespace) -> dict[str, Any]:
+    _check_fit_limits(args)
     params: dict[str, Any] = {"epsilon": args.epsilon, "k": args.k}
     for key in ("theta", "m", "l", "oracle", "inference", "postprocess", *FIT_LIMITS):
         value = getattr(args, key, None)
@@ -329,6 +341,7 @@ def _cmd_release(args: argparse.Namespace) -> int:
     if Path(args.out).resolve() in inputs:
         raise DPMarginalsError(f"--out {args.out!r} is one of the inputs; write the release "
                                "elsewhere")
+    _check_fit_limits(args)
     params = {key: getattr(args, key) for key in ("theta", "m", "l", "oracle", "inference",
                                                    "postprocess", *FIT_LIMITS)
               if getattr(args, key) is not None}
