@@ -23,12 +23,12 @@ structures (1 to 560 cliques, junction trees of 252 to 16.8M cells) measured on 
 project's machine (2 shared vCPUs, jax 0.10.2, mbi 2.0.0) and then raised (compilation
 by 1.5x, steps and memory by 1.25x), so that the predictions err on the safe side: on
 those structures a fit's measured CPU time was 0.45-1.42x its prediction and its memory
-0.62-1.38x.  CPU time, not wall time, because a shared machine stretches
-wall time by a factor that changes from minute to minute (up to 8x while calibrating)
-while the CPU time a fit needs stays put; on an unshared machine the two agree within
-the few parallel parts.  Compilation is predicted for every first fit of a structure in a
-process, although JAX's persistent cache (:func:`dpmarginals.inference.pgm.require_mbi`)
-usually loads it in a second or two instead.
+0.62-1.38x.  CPU time, not wall time, because a shared machine stretches wall time by a
+factor that changes from minute to minute (up to 8x while calibrating) while the CPU time
+a fit needs stays put; on an unshared machine the two agree within the few parallel
+parts.  Compilation is predicted for every first fit of a structure in a process,
+although JAX's persistent cache (:func:`dpmarginals.inference.pgm.require_mbi`) usually
+loads it in a second or two instead: what is cached must not change which model is fit.
 
 A fit is refused before it starts when its prediction exceeds the limits
 (:func:`check_fit`), and stopped when it has used more than :data:`OVERRUN` times its

@@ -126,8 +126,8 @@ class CALMPGM(CALM):
     ``shrink``: empirical-Bayes shrinkage before the fit (default on; off gives the plain
     ``mbi`` estimator on the noisy views).  ``keep``: a view whose interaction keeps less
     than this fraction after shrinkage is modelled through its sub-marginals only (default
-    0: every view is a clique).  ``iters``: mirror-descent iterations at most (the fit stops
-    earlier once the loss stops improving).  ``max_fit_seconds``, ``max_fit_memory_mb``
+    0: every view is a clique).  ``iters``: mirror-descent iterations.
+    ``max_fit_seconds``, ``max_fit_memory_mb``
     (fields of :class:`CALM`): limits on the fit's predicted CPU time and memory
     (:mod:`dpmarginals.inference.pgm_cost`); the weakest views are modelled through their
     sub-marginals to stay within them, and a fit that cannot is refused before it starts.
