@@ -222,13 +222,205 @@ def test_marginals_methods_take_the_pgm_inference(method):
         make(method, epsilon=1.0, inference="magic")
 
 
-@needs_mbi
-def test_a_junction_tree_too_large_is_a_clear_error(monkeypatch):
-    """Dense plans (Kosarak d=32, l=3, m=262 needs 32 GB) must fail with a sentence, not a
-    JAX out-of-memory abort; the limit is lowered here so a small model trips it."""
-    import dpmarginals.inference.pgm as pgm
+# -- the fit's cost: predicted, refused, bounded (issue #21) --------------------------------
+def _pairs_with_factors(factors: dict[tuple[str, ...], float]):
+    from dpmarginals.inference.pgm import ShrinkResult
 
+    return ShrinkResult({}, dict(factors), {})
+
+
+def test_a_budget_replaces_the_weakest_views_by_their_facets():
+    factor = {("a", "b"): 0.9, ("b", "c"): 0.2, ("c", "d"): 0.6, ("a", "d"): 0.4}
+    shrunk = _pairs_with_factors(factor)
+    views = list(factor)
+    assert select_cliques(views, shrunk) == sorted(views)
+    # Room for two pairs: the two strongest stay, the others become their 1-way marginals.
+    two = select_cliques(views, shrunk, fits=lambda c: sum(len(s) > 1 for s in c) <= 2)
+    assert two == [("a", "b"), ("c", "d")]
+    # Room for none: every view is modelled through its 1-way marginals.
+    none = select_cliques(views, shrunk, fits=lambda c: all(len(s) == 1 for s in c))
+    assert none == [("a",), ("b",), ("c",), ("d",)]
+    # Nothing fits: the 1-way selection comes back for the caller to refuse.
+    assert select_cliques(views, shrunk, fits=lambda c: False) == none
+    # A 3-way view is replaced by its pairs, which a pair-sized budget keeps.
+    triple = _pairs_with_factors({("a", "b", "c"): 0.1})
+    assert select_cliques([("a", "b", "c")], triple, fits=lambda c: max(map(len, c)) <= 2) == \
+        [("a", "b"), ("a", "c"), ("b", "c")]
+
+
+def test_fit_limits_are_checked():
+    from dpmarginals.inference.pgm_cost import check_limits
+
+    assert check_limits(60, float("inf")) == (60.0, float("inf"))
+    for bad in (0, -1.0, "soon", float("nan")):
+        with pytest.raises(DPMarginalsError, match="max_fit_seconds must be"):
+            check_limits(bad, 10)
+    with pytest.raises(DPMarginalsError, match="max_fit_memory_mb"):
+        make("calm-pgm", epsilon=1.0, max_fit_memory_mb=0)
+
+
+def test_fit_limits_on_the_command_line_need_the_pgm_inference(capsys, tmp_path):
+    csv, dom = tmp_path / "d.csv", tmp_path / "d.json"
+    _write_csv(csv)
+    dom.write_text(json.dumps({f"a{j}": 2 for j in range(3)}))
+    for method in (["--method", "fc"], ["--method", "calm"], ["--method", "am",
+                                                              "--inference", "pgm"]):
+        code = main(["run", "--dataset", str(csv), "--domain", str(dom), "--k", "2",
+                     "--epsilon", "1", "--max-fit-memory-mb", "100", *method])
+        err = capsys.readouterr().err
+        assert code == 2 and len(err.strip().splitlines()) == 1
+        assert "apply to --method calm-pgm and --method calm --inference pgm" in err
+
+
+def test_the_compilation_cache_goes_to_the_user_cache(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    from dpmarginals.inference.pgm import _cache_compilation
+
+    def fake_jax(folder=None):
+        updates = {}
+        config = SimpleNamespace(jax_compilation_cache_dir=folder,
+                                 update=lambda key, value: updates.__setitem__(key, value))
+        return SimpleNamespace(config=config), updates
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("DPMARGINALS_JAX_CACHE", raising=False)
+    jax, updates = fake_jax()
+    _cache_compilation(jax)
+    assert updates["jax_compilation_cache_dir"] == str(tmp_path / "dpmarginals" / "jax")
+    # Every program is kept, however small: mbi's kernels compile in well under a second.
+    assert updates["jax_persistent_cache_min_compile_time_secs"] == 0
+    assert updates["jax_persistent_cache_min_entry_size_bytes"] == -1
+    monkeypatch.setenv("DPMARGINALS_JAX_CACHE", str(tmp_path / "mine"))
+    jax, updates = fake_jax()
+    _cache_compilation(jax)
+    assert updates["jax_compilation_cache_dir"] == str(tmp_path / "mine")
+    monkeypatch.setenv("DPMARGINALS_JAX_CACHE", "off")
+    jax, updates = fake_jax()
+    _cache_compilation(jax)
+    assert updates == {}
+    monkeypatch.delenv("DPMARGINALS_JAX_CACHE")
+    jax, updates = fake_jax("/the/users/own")  # the user's own choice for JAX wins
+    _cache_compilation(jax)
+    assert updates == {}
+
+
+@needs_mbi
+def test_the_prediction_grows_with_the_model():
+    from dpmarginals.inference.pgm_cost import predict_fit
+
+    dom = Domain(tuple(f"a{j}" for j in range(12)), (2,) * 12)
+    chain = [(f"a{j}", f"a{j + 1}") for j in range(11)]
+    dense = list(itertools.combinations(dom.attributes, 2))
+    small, big = predict_fit(dom, chain, 1000), predict_fit(dom, dense, 1000)
+    assert small.tree_cells == 11 * 4 and big.tree_cells == 2**12
+    assert big.step_cells == len(dense) * 2**12  # every pair lives in the one 12-way clique
+    assert small.seconds < big.seconds and small.memory_mb < big.memory_mb
+    assert predict_fit(dom, dense, 1000, compiled=True).compile_seconds == 0
+    assert predict_fit(dom, chain, 120).iters == 150  # whole blocks of 50
+    assert "s (" in big.describe() and "MB" in big.describe()
+
+
+@needs_mbi
+def test_a_fit_over_the_limits_is_refused_before_it_starts(monkeypatch, capsys, tmp_path):
+    """Refused with the prediction named, and without calling mbi's estimator."""
+    from mbi import estimation
+
+    def never(*args, **kwargs):
+        raise AssertionError("the fit started")
+
+    monkeypatch.setattr(estimation.MirrorDescent, "estimate", never)
     data = chain_data(4000, 4, seed=3)
-    monkeypatch.setattr(pgm, "MODEL_LIMIT_MB", 1e-6)
-    with pytest.raises(DPMarginalsError, match=r"junction tree of .* MB \(limit"):
-        make("calm-pgm", epsilon=1.0, k=2).run(data, rng=1)
+    for params in ({"max_fit_seconds": 0.01}, {"max_fit_memory_mb": 1.0},
+                   {"shrink": False, "max_fit_seconds": 0.01}):
+        with pytest.raises(DPMarginalsError,
+                           match=r"would take [\d,.]+ s \(.* and [\d,.]+ MB of memory, over the "
+                           r"limits of [\d,.]+ s and [\d,.]+ MB"):
+            make("calm-pgm", epsilon=1.0, k=2, **params).run(data, rng=1)
+    csv, dom = tmp_path / "d.csv", tmp_path / "d.json"
+    _write_csv(csv)
+    dom.write_text(json.dumps({f"a{j}": 2 for j in range(3)}))
+    for command in (["run", "--dataset", str(csv), "--domain", str(dom), "--k", "2", "--json"],
+                    ["release", str(csv), "--domain", str(dom), "--k", "2",
+                     "--out", str(tmp_path / "r.json")]):
+        code = main([*command, "--method", "calm-pgm", "--epsilon", "1",
+                     "--max-fit-seconds", "0.01"])
+        err = capsys.readouterr().err
+        assert code == 2 and len(err.strip().splitlines()) == 1
+        assert "would take" in err and "MB" in err and "--max-fit-seconds" in err
+
+
+@needs_mbi
+def test_a_fit_past_twice_its_prediction_is_stopped(monkeypatch):
+    """The cost constants are set 10^6 times too small: the fit is stopped after its first
+    block of 50 iterations (no timing: any real fit uses more than 2x a nanosecond)."""
+    import dpmarginals.inference.pgm_cost as cost
+
+    for name in ("SETUP_BASE", "SETUP_PER_OP", "COMPILE_BASE", "COMPILE_PER_CLIQUE",
+                 "COMPILE_PER_MESSAGE", "COMPILE_PER_CLIQUE_PAIR", "STEP_PER_CELL",
+                 "STEP_PER_EXP_CELL", "STEP_PER_OP"):
+        monkeypatch.setattr(cost, name, getattr(cost, name) * 1e-6)
+    data = chain_data(4000, 4, seed=3)
+    cost._predict.cache_clear()  # predictions are memoised per structure
+    try:
+        with pytest.raises(DPMarginalsError, match=r"stopped after 50 of 1000 iterations: it "
+                           r"used .* more than 2x its predicted"):
+            make("calm-pgm", epsilon=1.0, k=2).run(data, rng=1)
+    finally:
+        cost._predict.cache_clear()
+
+
+@needs_mbi
+def test_a_model_over_the_limits_drops_its_weakest_views(monkeypatch):
+    """Between the 1-way model's prediction and the full one's, calm-pgm keeps the strongest
+    views that fit, warns, says so in the info, and the fit stays within the limit."""
+    from dpmarginals.inference.pgm_cost import predict_fit
+
+    data = chain_data(2**13, 6, seed=4)
+    full = make("calm-pgm", epsilon=1.0, k=3, iters=100).run(data, rng=2)
+    cliques = [tuple(c) for c in full.info["cliques"]]
+    assert "cliques_reduced" not in full.info and all(len(c) == 2 for c in cliques)
+    one_way = predict_fit(data.domain, [(a,) for a in data.domain.attributes], 100)
+    limit = (one_way.seconds + predict_fit(data.domain, cliques, 100).seconds) / 2
+    with pytest.warns(UserWarning, match="modelled through their sub-marginals"):
+        small = make("calm-pgm", epsilon=1.0, k=3, iters=100, max_fit_seconds=limit).run(
+            data, rng=2)
+    reduced = small.info["cliques_reduced"]
+    assert 0 < reduced["replaced"] < reduced["of"] == len(cliques)
+    assert small.info["predicted"]["seconds"] <= limit + 1e-3  # rounded to ms in the info
+    kept = [tuple(c) for c in small.info["cliques"] if len(c) == 2]
+    factors = small.info["shrink_factors"]
+    weakest_kept = min(factors[",".join(sorted(c))] for c in kept)
+    dropped = [c for c in cliques if c not in kept]
+    assert all(factors[",".join(sorted(c))] <= weakest_kept for c in dropped)
+
+
+_FIT_IN_A_NEW_PROCESS = """
+import numpy as np
+from dpmarginals import Domain
+from dpmarginals.inference.pgm import fit_graphical_model
+dom = Domain(tuple("abcdef"), (2, 3, 2, 2, 3, 2))
+cliques = [("a", "b"), ("b", "c"), ("c", "d"), ("b", "e"), ("e", "f"), ("a", "c")]
+rng = np.random.default_rng(0)
+meas = [(c, rng.dirichlet(np.ones(dom.project(c).cells())).reshape(dom.project(c).shape), 0.1)
+        for c in cliques]
+fit_graphical_model(dom, meas, iters=50)
+"""
+
+
+@needs_mbi
+@pytest.mark.slow
+def test_a_new_process_reuses_the_compiled_fit(tmp_path):
+    """Two processes with different string hashes compile the same programs, so the second
+    loads them from JAX's disk cache (mbi orders messages through sets of attributes)."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "DPMARGINALS_JAX_CACHE": str(tmp_path),
+           "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    for seed in ("1", "2"):
+        subprocess.run([sys.executable, "-c", _FIT_IN_A_NEW_PROCESS], check=True,
+                       env={**env, "PYTHONHASHSEED": seed}, capture_output=True)
+    programs = [p.name.split("-")[0] for p in tmp_path.iterdir()]
+    assert programs.count("jit__multi_step") == 1
+    assert programs.count("jit_message_passing_hugin") == 1

@@ -178,11 +178,24 @@ def _load_data(args: argparse.Namespace) -> Any:
     return load(name, d=args.d, n=args.n, rng=np.random.SeedSequence([args.seed, 1]))
 
 
+def _check_fit_limits(args: argparse.Namespace) -> None:
+    """The fit's limits go with calm's graphical-model inference only."""
+    if any(getattr(args, key, None) is not None for key in FIT_LIMITS) and not (
+            args.method.lower().replace("-", "_") == "calm_pgm"
+            or (args.method.lower() == "calm" and args.inference == "pgm")):
+        raise DPMarginalsError("--max-fit-seconds and --max-fit-memory-mb apply to "
+                               "--method calm-pgm and --method calm --inference pgm, not to "
+                               f"--method {args.method}" + (f" --inference {args.inference}"
+                                                            if args.inference else ""))
+
+
 def _method_params(args: argparse.Namespace) -> dict[str, Any]:
+    _check_fit_limits(args)
     params: dict[str, Any] = {"epsilon": args.epsilon, "k": args.k}
     if args.delta is not None:
         params["delta"] = args.delta
-    for key in ("theta", "m", "l", "oracle", "inference", "postprocess", *_CENTRAL_OPTIONS):
+    for key in ("theta", "m", "l", "oracle", "inference", "postprocess", *_CENTRAL_OPTIONS,
+                *FIT_LIMITS):
         value = getattr(args, key, None)
         if value is not None:
             params[key] = value
@@ -394,8 +407,10 @@ def _cmd_release(args: argparse.Namespace) -> int:
     if Path(args.out).resolve() in inputs:
         raise DPMarginalsError(f"--out {args.out!r} is one of the inputs; write the release "
                                "elsewhere")
+    _check_fit_limits(args)
     params = {key: getattr(args, key) for key in ("theta", "m", "l", "oracle", "inference",
-                                                   "postprocess", *_CENTRAL_OPTIONS)
+                                                   "postprocess", *_CENTRAL_OPTIONS,
+                                                   *FIT_LIMITS)
               if getattr(args, key) is not None}
     synopsis = release(args.data, args.domain, method=args.method, model=args.model,
                        epsilon=args.epsilon, delta=args.delta, k=args.k,
@@ -443,6 +458,21 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 # -- parser ---------------------------------------------------------------------------
+#: calm-pgm's limits on its graphical-model fit (``dpmarginals.inference.pgm_cost``).
+FIT_LIMITS = ("max_fit_seconds", "max_fit_memory_mb")
+
+
+def _add_fit_limits(p: argparse.ArgumentParser) -> None:
+    above_zero = number_in(0.0, float("inf"), high_open=False)
+    p.add_argument("--max-fit-seconds", type=above_zero, default=None, metavar="S",
+                   help="calm-pgm (or calm --inference pgm): the graphical-model fit's limit "
+                   "in predicted CPU seconds (default 30); the weakest marginals are modelled "
+                   "through their sub-marginals to stay within it, and a fit that cannot is "
+                   "refused before it starts")
+    p.add_argument("--max-fit-memory-mb", type=above_zero, default=None, metavar="MB",
+                   help="calm-pgm: the same for the fit's predicted memory (default 4096)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="dpmarginals",
@@ -503,6 +533,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--postprocess", choices=("none", "norm_sub"), default=None,
                    help="ft, am and marg_*: make each table a distribution (norm_sub, the "
                    "default here) or publish the raw unbiased estimates (none)")
+    _add_fit_limits(p)
     p.add_argument("--out", required=True, metavar="RELEASE.json", help="where to save it")
     p.set_defaults(func=_cmd_release)
 
@@ -583,6 +614,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ft, am and marg_*: raw unbiased estimates (none, the papers' "
                    "default: cells may be negative, so TVD can exceed 1) or distributions "
                    "(norm_sub)")
+    _add_fit_limits(p)
     p.add_argument("--per-user", action="store_true",
                    help="randomize every user's record (slower) instead of sampling the "
                    "aggregate counts from their exact distribution")

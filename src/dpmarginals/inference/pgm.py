@@ -19,18 +19,22 @@ alternative of issue #9, in three steps:
    construction.
 2. **Clique selection**: a view whose top-order interaction was shrunk by more than
    ``1 - keep`` is replaced by its sub-marginals (recursively), which both regularises the
-   model and keeps the junction tree small.
+   model and keeps the junction tree small.  When the fit of the selected cliques is
+   predicted to exceed ``max_fit_seconds`` or ``max_fit_memory_mb``
+   (:mod:`dpmarginals.inference.pgm_cost`), the weakest views are replaced the same way
+   until it does not.
 3. **Graphical-model fit** (:func:`fit_graphical_model`): the selected marginals go as
    ``mbi.LinearMeasurement(table, clique, stddev)`` into ``mbi``'s mirror-descent estimator
    (McKenna, Sheldon, Miklau, ICML 2019), which returns the maximum-entropy distribution
    in the marginal polytope closest to them — one non-negative, consistent joint
    distribution.  Its log-potentials are kept as plain numpy arrays
    (:class:`GraphicalModel`), so answering queries and loading a saved synopsis need
-   neither JAX nor ``mbi``.
+   neither JAX nor ``mbi``.  A fit predicted over the limits is refused before it starts,
+   and one that uses twice its predicted CPU time is stopped.
 
 Only step 3 needs the optional ``pgm`` extra (``pip install 'dpmarginals[pgm]'``); it
 switches JAX to 64-bit floats for the whole process (``jax_enable_x64``), as ``mbi``
-recommends.
+recommends, and keeps JAX's compiled programs on disk (:func:`require_mbi`).
 
 >>> import numpy as np
 >>> from dpmarginals.core.domain import Domain
@@ -44,9 +48,10 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, Protocol
@@ -57,6 +62,16 @@ from dpmarginals.core.domain import Domain
 from dpmarginals.core.errors import DPMarginalsError
 from dpmarginals.core.extras import message
 from dpmarginals.inference.maxent import max_entropy
+from dpmarginals.inference.pgm_cost import (
+    MAX_FIT_MEMORY_MB,
+    MAX_FIT_SECONDS,
+    FitWatch,
+    check_fit,
+    check_limits,
+    fit_within,
+    limits_to_json,
+    predict_fit,
+)
 
 __all__ = [
     "EXTRA_MESSAGE",
@@ -77,10 +92,17 @@ EXTRA_MESSAGE = message("pgm", "graphical-model inference (calm-pgm, inference='
 JOINT_LIMIT = 2**22
 #: Largest intermediate factor variable elimination may build.
 FACTOR_LIMIT = 2**26
-#: Largest junction tree (its maximal cliques' cells x 8 bytes) ``mbi`` may fit: mirror
-#: descent holds several copies, so 1 GB of parameters is already ~5 GB of memory.  Dense
-#: plans exceed it (Kosarak d = 32, l = 3, m = 262: 32 GB), where JAX would abort.
-MODEL_LIMIT_MB = 1024
+#: Mirror-descent iterations.  Fewer regularise small models (on 18 collections of MSNBC,
+#: Kosarak, Adult at d = 8-16 with pairs or small junction trees, calm-pgm's mean SSE was
+#: 0.61x CALM's after 200 iterations, 0.65x after 1000) but leave dense ones far from the
+#: optimum: 560 overlapping triples in one 16-way clique (Kosarak d = 16, n = 2^20) were 17x
+#: CALM's error after 200 iterations and 0.46x after 1000 (Armijo's step shrinks with the
+#: overlap).  ``TOL`` (None: run them all) is mbi's convergence criterion.
+ITERS = 1000
+TOL = None
+#: ``$DPMARGINALS_JAX_CACHE``: where JAX keeps compiled programs across processes (default
+#: ``~/.cache/dpmarginals/jax``); "off" keeps them in memory only.
+ENV_JAX_CACHE = "DPMARGINALS_JAX_CACHE"
 
 
 class NoisyMarginal(Protocol):
@@ -92,12 +114,14 @@ class NoisyMarginal(Protocol):
 
 
 def require_mbi() -> Any:
-    """Import ``mbi`` (64-bit JAX), or raise a :class:`DPMarginalsError` naming the extra."""
+    """Import ``mbi`` (64-bit JAX, compilation cached on disk), or raise a
+    :class:`DPMarginalsError` naming the extra."""
     try:
         import jax
     except ImportError:
         raise DPMarginalsError(EXTRA_MESSAGE) from None
     jax.config.update("jax_enable_x64", True)
+    _cache_compilation(jax)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -106,6 +130,30 @@ def require_mbi() -> Any:
     except ImportError:
         raise DPMarginalsError(EXTRA_MESSAGE) from None
     return mbi
+
+
+def _cache_compilation(jax: Any) -> None:
+    """JAX's persistent compilation cache in ``$DPMARGINALS_JAX_CACHE`` (default the user
+    cache's ``jax`` folder), unless the user chose a folder for JAX already.
+
+    Every program is kept, however small or fast to compile (``mbi`` compiles a few large
+    programs per model structure and many small ones): the first fit of a structure in a
+    new process then loads them instead of compiling (3.5 s instead of 18 s on a 65-clique
+    model here).  ``DPMARGINALS_JAX_CACHE=off`` turns it off.
+    """
+    setting = os.environ.get(ENV_JAX_CACHE, "").strip()
+    if setting.lower() in ("off", "0", "false", "no", "none") or \
+            jax.config.jax_compilation_cache_dir:
+        return
+    if setting:
+        folder = os.path.expanduser(setting)
+    else:
+        from dpmarginals.datasets.files import cache_dir
+
+        folder = str(cache_dir() / "jax")
+    jax.config.update("jax_compilation_cache_dir", folder)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
 
 
 # -- the orthonormal (Helmert) basis ----------------------------------------------------
@@ -285,11 +333,17 @@ KEEP = 0.0
 
 
 def select_cliques(views: Sequence[Sequence[str]], shrunk: ShrinkResult,
-                   keep: float = KEEP) -> list[tuple[str, ...]]:
+                   keep: float = KEEP, *,
+                   fits: Callable[[list[tuple[str, ...]]], bool] | None = None,
+                   ) -> list[tuple[str, ...]]:
     """The maximal sets whose interaction survived shrinkage (factor >= ``keep``).
 
     A view attribute set with a smaller factor is replaced by its facets, recursively;
-    1-way sets are always kept.  ``keep=0`` keeps every view.
+    1-way sets are always kept.  ``keep=0`` keeps every view.  ``fits``: a test of a
+    selection (e.g. its predicted fit within the limits); while the selection fails it,
+    the fewest of its largest sets, weakest interaction first, are replaced by their facets
+    (a binary search over how many); when no set is left to replace, the 1-way selection is
+    returned and the caller refuses it.
     """
     chosen: set[tuple[str, ...]] = set()
     stack = [tuple(v) for v in views]
@@ -302,10 +356,50 @@ def select_cliques(views: Sequence[Sequence[str]], shrunk: ShrinkResult,
         if len(s) == 1 or shrunk.factor.get(s, 1.0) >= keep:
             chosen.add(s)
         else:
-            stack.extend(tuple(s[i] for i in facet)
-                         for facet in itertools.combinations(range(len(s)), len(s) - 1))
-    maximal = [s for s in chosen if not any(set(s) < set(o) for o in chosen)]
-    return sorted(maximal, key=lambda s: (len(s), s))
+            stack.extend(_facets(s))
+    selection = _maximal(chosen)
+    if fits is None:
+        return selection
+    while not fits(selection) and max(len(s) for s in selection) > 1:
+        top = max(len(s) for s in selection)
+        weakest = sorted((s for s in selection if len(s) == top),
+                         key=lambda s: (shrunk.factor.get(s, 1.0), s))
+
+        def replaced(j: int, base: list[tuple[str, ...]] = selection,
+                     drop: list[tuple[str, ...]] = weakest) -> list[tuple[str, ...]]:
+            out = set(base) - set(drop[:j])
+            out.update(f for s in drop[:j] for f in _facets(s))
+            return _maximal(out)
+
+        if not fits(replaced(len(weakest))):
+            selection = replaced(len(weakest))
+            continue
+        lo, hi = 1, len(weakest)  # fits(replaced(hi)) holds; find the smallest such j
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if fits(replaced(mid)):
+                hi = mid
+            else:
+                lo = mid + 1
+        return replaced(lo)
+    return selection
+
+
+def _facets(s: tuple[str, ...]) -> list[tuple[str, ...]]:
+    return [tuple(s[i] for i in f) for f in itertools.combinations(range(len(s)), len(s) - 1)]
+
+
+def _maximal(sets: set[tuple[str, ...]]) -> list[tuple[str, ...]]:
+    """The sets no other set contains (each set's subsets of the sizes present are listed
+    once, not compared pairwise: plans have thousands of sets)."""
+    sizes = sorted({len(s) for s in sets})
+    inside: set[frozenset[str]] = set()
+    for t in sets:
+        for size in sizes:
+            if size >= len(t):
+                break
+            inside.update(map(frozenset, itertools.combinations(t, size)))
+    return sorted((s for s in sets if frozenset(s) not in inside), key=lambda s: (len(s), s))
 
 
 # -- step 3: the graphical model --------------------------------------------------------
@@ -401,53 +495,63 @@ def fit_graphical_model(
     domain: Domain,
     measurements: Sequence[tuple[Sequence[str], np.ndarray, float]],
     *,
-    iters: int = 1000,
+    iters: int = ITERS,
     warm_start: GraphicalModel | None = None,
+    tol: float | None = None,
+    watch: FitWatch | None = None,
 ) -> GraphicalModel:
     """``mbi``'s mirror descent on ``(clique, table of fractions, per-cell stddev)``.
 
     Minimises ``sum_i ||mu_{C_i} - y_i||^2 / (2 sigma_i^2)`` over the marginal polytope of
-    the graphical model on the measured cliques (total fixed to 1).
+    the graphical model on the measured cliques (total fixed to 1).  ``tol``: stop once the
+    loss improves by at most this fraction over two blocks of 50 iterations running (mbi's
+    criterion; None runs every iteration).  ``watch``: a :class:`FitWatch` called after each
+    block, which stops a fit that overruns its prediction.
     """
     mbi = require_mbi()
     from mbi import estimation
 
-    dom = mbi.Domain(domain.attributes, domain.sizes)
-    if warm_start is None:  # a warm start's structure has been fitted already
-        _check_model_size(dom, {_canonical(domain, attrs) for attrs, _, _ in measurements})
+    # mbi sees the attributes by their index: it orders junction-tree messages through
+    # sets, and strings hash differently in every process (integers do not), so with
+    # names each process compiled a different program and JAX's disk cache never hit.
+    dom = mbi.Domain(tuple(range(len(domain))), domain.sizes)
     meas = []
     for attrs, table, sd in measurements:
         canon = _canonical(domain, attrs)
         y = _project(tuple(attrs), np.asarray(table, dtype=np.float64), canon)
-        meas.append(mbi.LinearMeasurement(y.ravel(), canon, float(sd)))
+        meas.append(mbi.LinearMeasurement(y.ravel(), tuple(map(domain.index, canon)),
+                                          float(sd)))
     warm = None
     if warm_start is not None:
         warm = _to_clique_vector(mbi, dom, warm_start)
     model = estimation.MirrorDescent().estimate(dom, meas, known_total=1.0, iters=iters,
-                                                warm_start=warm)
+                                                warm_start=warm, tol=tol, callback_fn=watch)
     pots = []
     for clique in model.potentials.cliques:
         f = model.potentials.tables[clique]
-        pots.append((tuple(f.domain.attributes), np.asarray(f.values, dtype=np.float64)))
+        attrs = tuple(domain.attributes[i] for i in f.domain.attributes)
+        pots.append((attrs, np.asarray(f.values, dtype=np.float64)))
     return GraphicalModel(domain, pots)
 
 
-def _check_model_size(dom: Any, cliques: set[tuple[str, ...]]) -> None:
-    """Refuse a junction tree above :data:`MODEL_LIMIT_MB`, where JAX would abort."""
-    from mbi.junction_tree import hypothetical_model_size
+#: Model structures (domain sizes, cliques) compiled in this process: no compilation to
+#: predict for them (a bootstrap's re-fits, repeated runs).
+_COMPILED: set[tuple[Any, ...]] = set()
 
-    size_mb = hypothetical_model_size(dom, sorted(cliques))
-    if size_mb > MODEL_LIMIT_MB:
-        raise DPMarginalsError(
-            f"the graphical model over these {len(cliques)} cliques needs a junction tree of "
-            f"{size_mb:,.0f} MB (limit {MODEL_LIMIT_MB:,} MB); use CALM's inference, or fewer "
-            "or smaller marginals")
+
+def _structure(domain: Domain, cliques: Sequence[Sequence[str]]) -> tuple[Any, ...]:
+    """What JAX's compiled program depends on: the sizes and the measurements' cliques in
+    their order."""
+    return (domain.attributes, domain.sizes, tuple(tuple(c) for c in cliques))
 
 
 def _to_clique_vector(mbi: Any, dom: Any, model: GraphicalModel) -> Any:
     import jax.numpy as jnp
 
-    tables = {a: mbi.Factor(dom.project(a), jnp.asarray(t)) for a, t in model.potentials}
+    tables = {}
+    for attrs, table in model.potentials:
+        clique = tuple(map(model.domain.index, attrs))
+        tables[clique] = mbi.Factor(dom.project(clique), jnp.asarray(table))
     return mbi.CliqueVector(dom, list(tables), tables)
 
 
@@ -457,29 +561,33 @@ def pgm_estimate(
     *,
     shrink: bool = True,
     keep: float = KEEP,
-    iters: int = 1000,
+    iters: int = ITERS,
     warm_start: GraphicalModel | None = None,
     cliques: Sequence[Sequence[str]] | None = None,
+    tol: float | None = TOL,
+    max_fit_seconds: float | None = MAX_FIT_SECONDS,
+    max_fit_memory_mb: float | None = MAX_FIT_MEMORY_MB,
 ) -> tuple[GraphicalModel, dict[str, Any]]:
     """The whole inference: shrinkage (optional), clique selection, ``mbi`` fit.
 
     ``shrink=False`` gives the plain ``mbi`` estimator on the noisy views (every view a
     measurement with its stddev).  ``cliques`` fixes the selected cliques (a re-fit with
-    the same structure reuses JAX's compiled program).  Returns the model and an info dict
-    (cliques, seconds, fitted prior variances per order).
+    the same structure reuses JAX's compiled program).  The fit's CPU seconds and memory
+    are predicted first (:func:`~dpmarginals.inference.pgm_cost.predict_fit`): when the
+    selected cliques' prediction exceeds ``max_fit_seconds`` or ``max_fit_memory_mb``, the
+    views with the weakest shrunk interactions are modelled through their sub-marginals
+    only until it does not; with ``cliques`` fixed, or without shrinkage, or when even the
+    1-way model exceeds them, the fit is refused, naming the prediction (``None``: no
+    limit).  A fit that uses more than twice its predicted CPU time is stopped.  Returns
+    the model and an info dict (cliques, seconds, prediction, iterations run, fitted prior
+    variances per order).
     """
     clock = time.perf_counter()
     require_mbi()
+    max_fit_seconds, max_fit_memory_mb = check_limits(max_fit_seconds, max_fit_memory_mb)
     if shrink:
         shrunk = eb_shrink(domain, views)
         sets = [_canonical(domain, v.attributes) for v in views]
-        if cliques is None:
-            cliques = select_cliques(sets, shrunk, keep=keep)
-        cliques = [_canonical(domain, c) for c in cliques]
-        missing = [list(c) for c in cliques if c not in shrunk.tables]
-        if missing:
-            raise DPMarginalsError(f"cliques {missing} are not inside any view")
-        meas = [(c, shrunk.tables[c], math.sqrt(shrunk.noise[c])) for c in cliques]
         info: dict[str, Any] = {
             "shrink": True, "keep": keep,
             "prior_variance": {str(j): shrunk.prior_variance(j) for j in sorted(shrunk.prior)},
@@ -489,13 +597,57 @@ def pgm_estimate(
                                                      if len(s) == j]))
                               for j in sorted({len(s) for s in shrunk.factor})},
         }
+        if cliques is None:
+            unbounded = select_cliques(sets, shrunk, keep=keep)
+            cliques = select_cliques(
+                sets, shrunk, keep=keep,
+                fits=lambda c: fit_within(domain, c, iters, max_fit_seconds,
+                                          max_fit_memory_mb))
+            if cliques != unbounded:
+                info["cliques_reduced"] = _reduction(unbounded, cliques)
+        cliques = [_canonical(domain, c) for c in cliques]
+        missing = [list(c) for c in cliques if c not in shrunk.tables]
+        if missing:
+            raise DPMarginalsError(f"cliques {missing} are not inside any view")
+        meas = [(c, shrunk.tables[c], math.sqrt(shrunk.noise[c])) for c in cliques]
     else:
         meas = [(tuple(v.attributes), np.asarray(v.table), math.sqrt(v.variance)) for v in views]
         cliques = [_canonical(domain, v.attributes) for v in views]
         info = {"shrink": False}
+    structure = _structure(domain, [c for c, _, _ in meas])
+    cost = predict_fit(domain, [c for c, _, _ in meas], iters, compiled=structure in _COMPILED)
+    check_fit(cost, max_fit_seconds, max_fit_memory_mb)
+    if "cliques_reduced" in info:
+        reduced = info["cliques_reduced"]
+        warnings.warn(
+            f"graphical model: {reduced['replaced']} of the {reduced['of']} marginals are "
+            "modelled through their sub-marginals only (the weakest interactions), to keep "
+            f"the fit within max_fit_seconds={max_fit_seconds:g} and "
+            f"max_fit_memory_mb={max_fit_memory_mb:g} (predicted {cost.describe()}); raise "
+            "them for the full model", stacklevel=2)
     shrunk_seconds = time.perf_counter() - clock
-    model = fit_graphical_model(domain, meas, iters=iters, warm_start=warm_start)
+    watch = FitWatch(cost)
+    model = fit_graphical_model(domain, meas, iters=iters, warm_start=warm_start, tol=tol,
+                                watch=watch)
+    _COMPILED.add(structure)
     info.update({"cliques": [list(c) for c in cliques], "iters": iters,
+                 "iterations": watch.steps, "tol": tol,
+                 "predicted": {"seconds": round(cost.seconds, 3),
+                               "memory_mb": round(cost.memory_mb, 1),
+                               "compile_seconds": round(cost.compile_seconds, 3),
+                               "step_seconds": cost.step_seconds,
+                               "tree_cells": cost.tree_cells, "step_cells": cost.step_cells},
+                 "limits": limits_to_json(max_fit_seconds, max_fit_memory_mb),
+                 "fit_cpu_seconds": watch.cpu_seconds,
                  "shrink_seconds": shrunk_seconds,
                  "fit_seconds": time.perf_counter() - clock - shrunk_seconds})
     return model, info
+
+
+def _reduction(full: Sequence[tuple[str, ...]], chosen: Sequence[tuple[str, ...]]
+               ) -> dict[str, Any]:
+    """How a budgeted selection differs from the unbounded one."""
+    kept = set(chosen)
+    replaced = [s for s in full if s not in kept]
+    return {"replaced": len(replaced), "of": len(full),
+            "examples": [list(s) for s in replaced[:5]]}

@@ -25,6 +25,7 @@ from ..core.errors import (
     check_positive_int,
 )
 from ..core.randomness import RNGLike
+from ..inference.pgm_cost import MAX_FIT_MEMORY_MB, MAX_FIT_SECONDS, check_limits
 from ..inference.views import NoisyView
 from ..oracles import adaptive_oracle, best_oracle
 from ..planning.covering import covering_size
@@ -72,7 +73,9 @@ class CALM:
     ``per_user=True`` randomizes every user's record (the client path); the default
     samples the aggregate counts from their exact distribution (fast simulation).
     ``inference="pgm"`` replaces consistency + max-entropy by graphical-model inference
-    (:mod:`dpmarginals.local.calm_pgm`, the optional ``pgm`` extra) on the same reports.
+    (:mod:`dpmarginals.local.calm_pgm`, the optional ``pgm`` extra) on the same reports;
+    ``max_fit_seconds`` and ``max_fit_memory_mb`` bound its fit's predicted CPU time and
+    memory (:mod:`dpmarginals.inference.pgm_cost`).
 
     >>> from dpmarginals.core.domain import Domain
     >>> plan = CALM(epsilon=2.0, k=3).plan(Domain.from_dict({str(i): 2 for i in range(8)}), 2**16)
@@ -89,6 +92,8 @@ class CALM:
     per_user: bool = False
     max_rounds: int = 1000
     inference: str = "consistency"
+    max_fit_seconds: float = MAX_FIT_SECONDS
+    max_fit_memory_mb: float = MAX_FIT_MEMORY_MB
     name: ClassVar[str] = "calm"
 
     def __post_init__(self) -> None:
@@ -96,6 +101,8 @@ class CALM:
         self.k = check_k(self.k)
         check_choice(self.oracle, "oracle", ORACLES)
         check_choice(self.inference, "inference", INFERENCE)
+        self.max_fit_seconds, self.max_fit_memory_mb = check_limits(self.max_fit_seconds,
+                                                                    self.max_fit_memory_mb)
         if self.m is not None:
             self.m = check_positive_int(self.m, "m")
         if self.l is not None:

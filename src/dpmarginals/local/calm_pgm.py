@@ -26,7 +26,21 @@ from ..core.domain import Domain
 from ..core.errors import DPMarginalsError, check_positive_int
 from ..core.randomness import RNGLike
 from ..core.table import MarginalTable
-from ..inference.pgm import KEEP, GraphicalModel, NoisyMarginal, pgm_estimate, require_mbi
+from ..inference.pgm import (
+    ITERS,
+    KEEP,
+    TOL,
+    GraphicalModel,
+    NoisyMarginal,
+    pgm_estimate,
+    require_mbi,
+)
+from ..inference.pgm_cost import (
+    MAX_FIT_MEMORY_MB,
+    MAX_FIT_SECONDS,
+    check_limits,
+    limits_to_json,
+)
 from ..protocol.plan import Plan
 from ..synopsis.base import Synopsis, check_query, maximal_overlaps
 from .calm import CALM
@@ -41,8 +55,8 @@ REFIT_ITERS = 200
 class PGMSynopsis(Synopsis):
     """A graphical model fitted to noisy marginals; any marginal is inferred from it.
 
-    ``options``: the inference options (shrink, keep, iters), so that a bootstrap re-fit
-    (:mod:`dpmarginals.synopsis.stderr`) repeats the same inference.
+    ``options``: the inference options (shrink, keep, iters, tol and the fit's limits), so
+    that a bootstrap re-fit (:mod:`dpmarginals.synopsis.stderr`) repeats the same inference.
     """
 
     kind: ClassVar[str] = "pgm"
@@ -88,14 +102,19 @@ def pgm_options(method: Any) -> dict[str, Any]:
     """The inference options a method object carries (defaults where it has none)."""
     return {"shrink": bool(getattr(method, "shrink", True)),
             "keep": float(getattr(method, "keep", KEEP)),
-            "iters": int(getattr(method, "iters", 1000))}
+            "iters": int(getattr(method, "iters", ITERS)),
+            "max_fit_seconds": float(getattr(method, "max_fit_seconds", MAX_FIT_SECONDS)),
+            "max_fit_memory_mb": float(getattr(method, "max_fit_memory_mb", MAX_FIT_MEMORY_MB))}
 
 
 def pgm_synopsis(domain: Domain, views: Sequence[NoisyMarginal], method: str,
                  info: Mapping[str, Any], *, shrink: bool = True, keep: float = KEEP,
-                 iters: int = 1000) -> PGMSynopsis:
+                 iters: int = ITERS, tol: float | None = TOL,
+                 max_fit_seconds: float | None = MAX_FIT_SECONDS,
+                 max_fit_memory_mb: float | None = MAX_FIT_MEMORY_MB) -> PGMSynopsis:
     """Graphical-model inference over noisy views, packed as a synopsis."""
-    options = {"shrink": shrink, "keep": keep, "iters": iters}
+    limits = limits_to_json(*check_limits(max_fit_seconds, max_fit_memory_mb))
+    options = {"shrink": shrink, "keep": keep, "iters": iters, "tol": tol, **limits}
     model, fit = pgm_estimate(domain, views, **options)
     return PGMSynopsis(domain, model, method, {**info, **fit}, options)
 
@@ -108,12 +127,16 @@ class CALMPGM(CALM):
     ``mbi`` estimator on the noisy views).  ``keep``: a view whose interaction keeps less
     than this fraction after shrinkage is modelled through its sub-marginals only (default
     0: every view is a clique).  ``iters``: mirror-descent iterations.
+    ``max_fit_seconds``, ``max_fit_memory_mb``
+    (fields of :class:`CALM`): limits on the fit's predicted CPU time and memory
+    (:mod:`dpmarginals.inference.pgm_cost`); the weakest views are modelled through their
+    sub-marginals to stay within them, and a fit that cannot is refused before it starts.
     """
 
     inference: str = "pgm"
     shrink: bool = True
     keep: float = KEEP
-    iters: int = 1000
+    iters: int = ITERS
     name: ClassVar[str] = "calm_pgm"
 
     def __post_init__(self) -> None:
