@@ -22,6 +22,7 @@ from .core.randomness import RNGLike
 from .local.calm import CALM
 from .local.calm_pgm import CALMPGM
 from .local.cormode import BASELINES
+from .local.wfm import WFM
 from .protocol.plan import Plan
 from .synopsis.base import Synopsis, UniformSynopsis
 
@@ -60,6 +61,7 @@ _REGISTRY: dict[str, Callable[..., Any]] = {
     # InpHT, MargRR, MargPS, MargHT, InpEM, InpOLH, InpHTCMS); see dpmarginals.local.cormode.
     **BASELINES,
     "priview": PriView,  # central DP, the papers' reference point
+    "wfm": WFM,  # issue #20: the workload factorization mechanism (McKenna et al. 2020)
 }
 
 
