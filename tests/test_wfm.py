@@ -171,7 +171,7 @@ def test_client_refuses_a_strategy_that_is_not_ldp_or_not_distributions(no_draws
             make_report(_tampered(plan, matrix), {"a": 1, "b": 0, "c": 1}, max_epsilon=1.0)
     body = plan.to_dict(with_hash=False)
     body["params"]["strategy"] = {**body["params"]["strategy"], "rows": 31}
-    with pytest.raises(PlanRefused, match="base64 of 31 x 8"):
+    with pytest.raises(PlanRefused, match="holds 2,048 bytes, not the 1,984 of 31 x 8"):
         check_plan({**body, "hash": Plan.from_dict(body).hash}, max_epsilon=1.0)
     assert check_plan(plan.to_dict(), max_epsilon=1.0).hash == plan.hash
 

@@ -48,7 +48,8 @@ histograms of the reported classes on the k-sets of attributes (CALM §3.6: EM a
 marginal from the users' reported tuples), so a unary-encoded attribute of c values has 2^c
 classes.  The strategy matrix of ``matrix`` (the workload factorization mechanism, McKenna
 et al. PVLDB 2020) is ``params["strategy"]``: ``{"rows": m, "columns": cells, "float64":
-base64 of its m x cells entries, little-endian, row by row}``.  The client checks it before
+[...]}``, its m x cells entries as little-endian float64, row by row, in base64 strings
+of at most 4,096 characters each (3,072 bytes; the service caps every string in a plan).  The client checks it before
 any draw (:class:`StrategyMatrix`): finite, non-negative, every column summing to 1 within
 1e-9 (it samples from the column divided by its sum), and eps-LDP: in every row of the
 normalized matrix the largest entry is at most e^eps times the smallest.
@@ -122,6 +123,8 @@ MAX_GROUP_SUPPORT = 1 << 23
 """The longest support vector a group of these formats may have (a 64 MiB count tensor)."""
 MAX_STRATEGY_ENTRIES = 1 << 24
 """The largest strategy matrix a plan may carry (m x cells entries: 128 MiB of float64)."""
+STRATEGY_CHUNK = 3072
+"""Bytes per base64 string of a published strategy (4,096 characters)."""
 SUPPORTS = ("bits", "attributes")
 UNARY = ("oue", "sue")
 INTEGER_PAYLOADS = ("grr", "matrix")
@@ -502,29 +505,47 @@ def encode_matrix(matrix: np.ndarray) -> dict[str, Any]:
     """The plan's JSON form of a strategy matrix (module docstring; exact float64).
 
     >>> spec = encode_matrix(np.array([[0.25, 0.5], [0.75, 0.5]]))
-    >>> spec["rows"], spec["columns"], decode_matrix(spec, 2).tolist()
-    (2, 2, [[0.25, 0.5], [0.75, 0.5]])
+    >>> spec["rows"], spec["columns"], spec["float64"], decode_matrix(spec, 2).tolist()
+    (2, 2, ['AAAAAAAA0D8AAAAAAADgPwAAAAAAAOg/AAAAAAAA4D8='], [[0.25, 0.5], [0.75, 0.5]])
     """
     arr = np.ascontiguousarray(matrix, dtype="<f8")
     if arr.ndim != 2:
         raise DPMarginalsError(f"a strategy matrix is 2-D, got shape {arr.shape}")
+    raw = arr.tobytes()
     return {"rows": int(arr.shape[0]), "columns": int(arr.shape[1]),
-            "float64": base64.b64encode(arr.tobytes()).decode("ascii")}
+            "float64": [base64.b64encode(raw[i : i + STRATEGY_CHUNK]).decode("ascii")
+                        for i in range(0, len(raw), STRATEGY_CHUNK)]}
 
 
 def decode_matrix(spec: Any, columns: int) -> np.ndarray:
     """The matrix of :func:`encode_matrix`'s ``spec``, which must have ``columns`` columns
     (the group's cells); a malformed spec is an error naming the field."""
-    rows, text = _strategy_spec(spec, columns)
-    try:
-        raw = base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
-        raise DPMarginalsError("plan params.strategy.float64 is not valid base64") from None
-    return np.frombuffer(raw, dtype="<f8").astype(np.float64).reshape(rows, columns)
+    rows, chunks = _strategy_spec(spec, columns)
+    return _decode_chunks(chunks, rows, columns)
 
 
-def _strategy_spec(spec: Any, columns: int) -> tuple[int, str]:
-    """(rows, base64 text) of a well-formed strategy spec of ``columns`` columns."""
+def _decode_chunks(chunks: tuple[str, ...], rows: int, columns: int) -> np.ndarray:
+    raw = []
+    for i, text in enumerate(chunks):
+        try:
+            part = base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            raise DPMarginalsError(f"plan params.strategy.float64[{i}] is not valid "
+                                   "base64") from None
+        last = i == len(chunks) - 1
+        if (len(part) != STRATEGY_CHUNK and not last) or not part:
+            raise DPMarginalsError(f"plan params.strategy.float64[{i}] holds {len(part)} "
+                                   f"bytes; every string but the last holds {STRATEGY_CHUNK}")
+        raw.append(part)
+    data = b"".join(raw)
+    if len(data) != 8 * rows * columns:
+        raise DPMarginalsError(f"plan params.strategy.float64 holds {len(data):,} bytes, not "
+                               f"the {8 * rows * columns:,} of {rows} x {columns} float64")
+    return np.frombuffer(data, dtype="<f8").astype(np.float64).reshape(rows, columns)
+
+
+def _strategy_spec(spec: Any, columns: int) -> tuple[int, tuple[str, ...]]:
+    """(rows, base64 strings) of a well-formed strategy spec of ``columns`` columns."""
     if not isinstance(spec, dict) or set(spec) != {"rows", "columns", "float64"}:
         raise DPMarginalsError('plan params.strategy must be {"rows", "columns", "float64"}, '
                                f"got {str(spec)[:80]!r}")
@@ -539,10 +560,13 @@ def _strategy_spec(spec: Any, columns: int) -> tuple[int, str]:
     if rows * cols > MAX_STRATEGY_ENTRIES:
         raise DPMarginalsError(f"plan params.strategy has {rows} x {cols} = {rows * cols:,} "
                                f"entries; at most {MAX_STRATEGY_ENTRIES:,}")
-    if not isinstance(text, str) or len(text) != 4 * ((8 * rows * cols + 2) // 3):
-        raise DPMarginalsError(f"plan params.strategy.float64 must be the base64 of "
-                               f"{rows} x {cols} float64 numbers")
-    return rows, text
+    chunks = -(-8 * rows * cols // STRATEGY_CHUNK)
+    if (not isinstance(text, list) or len(text) != chunks
+            or not all(isinstance(t, str) for t in text)):
+        raise DPMarginalsError(f"plan params.strategy.float64 must be {chunks} base64 strings "
+                               f"(the {rows} x {cols} float64 numbers, {STRATEGY_CHUNK} bytes "
+                               "a string)")
+    return rows, tuple(text)
 
 
 @dataclass(frozen=True, eq=False)
@@ -651,12 +675,11 @@ class StrategyMatrix:
 
 
 @lru_cache(maxsize=4)
-def _strategy_format(epsilon: float, text: str, rows: int, sizes: tuple[int, ...]
-                     ) -> StrategyMatrix:
+def _strategy_format(epsilon: float, chunks: tuple[str, ...], rows: int,
+                     sizes: tuple[int, ...]) -> StrategyMatrix:
     """One validated format per published matrix (decoding and checking a 2^22-entry
     matrix takes a fraction of a second; a plan's groups and codecs ask for it often)."""
-    spec = {"rows": rows, "columns": math.prod(sizes), "float64": text}
-    return StrategyMatrix(epsilon, decode_matrix(spec, math.prod(sizes)), sizes)
+    return StrategyMatrix(epsilon, _decode_chunks(chunks, rows, math.prod(sizes)), sizes)
 
 
 FORMATS = ("ht", "cms", "em", "matrix")
@@ -683,8 +706,8 @@ def group_oracle(plan: Plan, group: int) -> Any:
         chosen = tuple(str(names[plan.domain.index(a)]) for a in spec.attributes)
         return AttributeReports(spec.epsilon, sizes, chosen, _int_param(plan, "k", 1))
     if spec.oracle == "matrix":
-        rows, text = _strategy_spec(plan.params.get("strategy"), spec.cells)
-        return _strategy_format(spec.epsilon, text, rows, sizes)
+        rows, chunks = _strategy_spec(plan.params.get("strategy"), spec.cells)
+        return _strategy_format(spec.epsilon, chunks, rows, sizes)
     raise DPMarginalsError(f"oracle must be one of {list(KNOWN)}, got {spec.oracle!r}")
 
 
