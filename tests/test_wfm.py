@@ -253,3 +253,19 @@ def test_sample_outputs_is_the_sum_of_multinomials():
     # mean Q x = [290, 300, 410]; each output's sd <= sqrt(1000 / 4) = 15.9; 4 sd/sqrt(400)
     np.testing.assert_allclose(draws.mean(axis=0), Q @ [300, 700], atol=4 * 15.9 / 20)
     assert (draws.sum(axis=1) == 1000).all()
+
+
+def test_a_private_release_answers_with_its_closed_form_standard_errors():
+    import pandas as pd
+
+    from dpmarginals import release
+    from dpmarginals.synopsis.stderr import standard_errors
+
+    data = _data(MIXED, 2000)
+    frame = pd.DataFrame(data.codes, columns=list(MIXED.attributes))
+    syn = release(frame, {"a": 2, "b": 3, "c": 2}, method="wfm", epsilon=1.0, k=2)
+    assert syn.privacy.private and syn.postprocess == "norm_sub"
+    table = syn.marginal(["a", "b"])
+    std, how = standard_errors(syn, ("a", "b"), table.values)  # what `query --std` calls
+    assert how == "analytic"
+    np.testing.assert_array_equal(std, syn.standard_errors(["a", "b"]))

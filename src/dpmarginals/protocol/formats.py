@@ -49,10 +49,11 @@ marginal from the users' reported tuples), so a unary-encoded attribute of c val
 classes.  The strategy matrix of ``matrix`` (the workload factorization mechanism, McKenna
 et al. PVLDB 2020) is ``params["strategy"]``: ``{"rows": m, "columns": cells, "float64":
 [...]}``, its m x cells entries as little-endian float64, row by row, in base64 strings
-of at most 4,096 characters each (3,072 bytes; the service caps every string in a plan).  The client checks it before
-any draw (:class:`StrategyMatrix`): finite, non-negative, every column summing to 1 within
-1e-9 (it samples from the column divided by its sum), and eps-LDP: in every row of the
-normalized matrix the largest entry is at most e^eps times the smallest.
+of at most 4,096 characters each (3,072 bytes; the service caps every string in a plan).
+The client checks it before any draw (:class:`StrategyMatrix`): finite, non-negative,
+every column summing to 1 within 1e-9 (it samples from the column divided by its sum),
+and eps-LDP: in every row of the normalized matrix the largest entry is at most e^eps
+times the smallest.
 
 >>> from dpmarginals.core.domain import Domain
 >>> from dpmarginals.protocol.plan import GroupSpec, Plan

@@ -472,7 +472,11 @@ def standard_errors(synopsis: Any, attrs: Sequence[str], values: np.ndarray, *,
     interactions tell how fast they fade with the order (:func:`interaction_profile`),
     instead of the fixed :data:`INTERACTION_DECAY`.  Without ``rng`` the bootstrap is
     seeded from the query, so asking twice gives the same answer (its randomness is
-    post-processing, not privacy)."""
+    post-processing, not privacy).  A synopsis with its own closed form (``wfm``) answers
+    with it."""
+    own = getattr(synopsis, "standard_errors", None)
+    if callable(own):
+        return own(attrs), "analytic"
     if rng is None:
         rng = np.random.SeedSequence(zlib.crc32(",".join(attrs).encode()))
     std = analytic_std(synopsis, attrs, values)
