@@ -362,7 +362,7 @@ def optimize_strategy(sizes: Sequence[int], k: int, epsilon: float, *,
             steps = steps + more[1:]
         seconds = time.perf_counter() - start
         matrix, history = _finalize(best, epsilon), tuple(steps)
-        value = objective(matrix, workload_factor(gram))
+        value = objective(matrix, factor)
         if on_disk:
             _save(path, matrix, value)
     if not ldp_ratio(matrix) <= math.exp(epsilon):
