@@ -12,8 +12,8 @@ the group's oracle (all columns ``int64``, non-null; "native" is the in-memory f
 =========  ===========================  ==================================================
 oracle     columns                      meaning
 =========  ===========================  ==================================================
-``grr``,   ``value``                    the reported value, 0..L-1 (``matrix``: the output,
-``matrix``                              0..m-1)
+``grr``,   ``value``                    the reported value, 0..L-1 (matrix: the output o,
+matrix                                  0..m-1)
 ``oue``,   ``word0`` .. ``word{W-1}``   the L-bit vector in W = ceil(L/64) little-endian
 ``sue``                                 64-bit words: bit v is bit v mod 64 of word
                                         v div 64 (two's complement); bits >= L are 0.

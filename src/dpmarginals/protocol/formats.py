@@ -9,31 +9,31 @@ group's part of :class:`~dpmarginals.protocol.counts.Counts`), ``report_bits``,
 values of the group's attributes into the randomizer's input.  Everything a client needs
 is rebuilt from the plan alone (:func:`group_oracle`):
 
-==========  ===================  ===========================  ============  =================
-format      method               input, and what is sent      payload       support (length)
-==========  ===================  ===========================  ============  =================
-``ht``      InpHT/FT (one        her code in binary (the      ``[i, b]``    reports per
-            group of every       group's first attribute      0 <= i < |T|  (i, b): 2 |T|
-            attribute), MargHT   least significant); i        b in {0, 1}
-            (one group per       uniform over the coefficient
-            k-way marginal)      set T, b = parity(T[i] &
-                                 code), flipped w.p. 1 - p
-``cms``     InpHTCMS (one group  her cell x of the full       ``[i, b]``    reports per
-            of every attribute)  table; i = j w + l uniform   0 <= i < g w  (i, b): 2 g w
-                                 over [g] x [w], b =
-                                 parity(l & h_j(x)), flipped
-                                 w.p. 1 - p
-``em``      EM, InpEM (one       every attribute's value      ``[y_0, ...,  the histogram of
-            group of every       through its own oracle at    y_{d-1}]``    the reported
-            attribute)           eps / d: GRR sends the       one class     classes on every
-                                 value, OUE/SUE the bit       per           k-set of
-                                 vector as an integer         attribute     attributes, one
-                                 (bit v = value v)                          after the other
-``matrix``  WFM (one group of    her cell x of the full       integer o,    reports per
-            every attribute)     table; o drawn from column   0 <= o < m    output: m
-                                 x of the public strategy
-                                 matrix Q (m x cells)
-==========  ===================  ===========================  ============  =================
+=======  ===================  ===========================  ============  =================
+format   method               input, and what is sent      payload       support (length)
+=======  ===================  ===========================  ============  =================
+``ht``   InpHT/FT (one        her code in binary (the      ``[i, b]``    reports per
+         group of every       group's first attribute      0 <= i < |T|  (i, b): 2 |T|
+         attribute), MargHT   least significant); i        b in {0, 1}
+         (one group per       uniform over the coefficient
+         k-way marginal)      set T, b = parity(T[i] &
+                              code), flipped w.p. 1 - p
+``cms``  InpHTCMS (one group  her cell x of the full       ``[i, b]``    reports per
+         of every attribute)  table; i = j w + l uniform   0 <= i < g w  (i, b): 2 g w
+                              over [g] x [w], b =
+                              parity(l & h_j(x)), flipped
+                              w.p. 1 - p
+``em``   EM, InpEM (one       every attribute's value      ``[y_0, ...,  the histogram of
+         group of every       through its own oracle at    y_{d-1}]``    the reported
+         attribute)           eps / d: GRR sends the       one class     classes on every
+                              value, OUE/SUE the bit       per           k-set of
+                              vector as an integer         attribute     attributes, one
+                              (bit v = value v)                          after the other
+matrix   WFM (one group of    her cell x of the full       integer o,    reports per
+         every attribute)     table; o drawn from column   0 <= o < m    output: m
+                              x of the public strategy
+                              matrix Q (m x cells)
+=======  ===================  ===========================  ============  =================
 
 ``p = e^eps / (1 + e^eps)`` (binary randomized response).  T (``ht``) is every non-constant
 Hadamard coefficient of the group's binary code touching at most ``params["k"]``

@@ -12,23 +12,23 @@ so nothing that identifies the user can ride along)::
 There is no user identifier and no timestamp.  The payload depends on the group's oracle
 (:mod:`dpmarginals.oracles` names the native formats):
 
-==========  ==========================  ===============================================
-oracle      payload                     valid when
-==========  ==========================  ===============================================
-``grr``     integer ``y``               0 <= y < cells
-``oue``     base64 string of the        canonical base64 of exactly ceil(cells / 8)
-``sue``     packed bits (little bit     bytes; padding bits beyond ``cells`` are 0
-            order, as ``perturb``)
-``olh``     ``[seed, y]``               seed = a * 2^32 + b with 1 <= a < 2^31 - 1 and
-                                        0 <= b < 2^31 - 1; 0 <= y < g
-``hr``      ``[j, b]``                  0 <= j < K, b in {0, 1}
-``ht``      ``[i, b]``                  0 <= i < |T| (the plan's coefficient set), b in
-                                        {0, 1}
-``cms``     ``[i, b]``                  0 <= i < g w (i = j w + l), b in {0, 1}
-``em``      ``[y_0, ..., y_{d-1}]``     one integer per attribute of the group, each
-                                        below the attribute's number of classes
-``matrix``  integer ``o``               0 <= o < m, the rows of the plan's strategy
-==========  ==========================  ===============================================
+=========  ==========================  ===============================================
+oracle     payload                     valid when
+=========  ==========================  ===============================================
+``grr``    integer ``y``               0 <= y < cells
+``oue``    base64 string of the        canonical base64 of exactly ceil(cells / 8)
+``sue``    packed bits (little bit     bytes; padding bits beyond ``cells`` are 0
+           order, as ``perturb``)
+``olh``    ``[seed, y]``               seed = a * 2^32 + b with 1 <= a < 2^31 - 1 and
+                                       0 <= b < 2^31 - 1; 0 <= y < g
+``hr``     ``[j, b]``                  0 <= j < K, b in {0, 1}
+``ht``     ``[i, b]``                  0 <= i < |T| (the plan's coefficient set), b in
+                                       {0, 1}
+``cms``    ``[i, b]``                  0 <= i < g w (i = j w + l), b in {0, 1}
+``em``     ``[y_0, ..., y_{d-1}]``     one integer per attribute of the group, each
+                                       below the attribute's number of classes
+matrix     integer ``o``               0 <= o < m, the rows of the plan's strategy
+=========  ==========================  ===============================================
 
 ``ht``, ``cms``, ``em`` and ``matrix`` are the report formats of
 :mod:`dpmarginals.protocol.formats` (InpHT/FT and MargHT, InpHTCMS, EM and InpEM, WFM);
