@@ -116,6 +116,7 @@ def test_optimized_strategy_is_exactly_ldp_and_beats_randomized_response(sizes, 
 def test_the_strategy_is_cached_by_its_inputs(tmp_path, monkeypatch):
     monkeypatch.setenv("DPMARGINALS_CACHE", str(tmp_path))
     monkeypatch.setattr(fz, "DISK_CACHE_CELLS", 2)
+    monkeypatch.setattr(fz, "_MEMORY", {})  # this test's own memory cache
     first = fz.optimize_strategy((2, 2), 1, 1.0, iterations=20)
     assert list((tmp_path / "wfm").glob("*.npz"))
     fz._MEMORY.clear()
