@@ -18,8 +18,8 @@ The report formats of :mod:`dpmarginals.protocol.formats` (``ht``: InpHT/FT and 
 the distribution of the report a device makes from the plan alone (its group uniform, then
 ``PlanCodec(plan).oracle(g)``), enumerated over every record, is exactly eps-LDP, equals
 the method's own exposed distribution, and the client's real reports (``make_reports``)
-follow it (five more chi-squared tests at p >= 1e-4: ht for InpHT and for MargHT, cms,
-em with OUE and with GRR).
+follow it (six more chi-squared tests at p >= 1e-4: ht for InpHT and for MargHT, cms,
+em with OUE and with GRR, and WFM's ``matrix``: one output of the plan's strategy).
 
 Finally every local method's ``per_user=True`` run with ``rng=None`` must randomize every
 record with the OS CSPRNG (:class:`~dpmarginals.core.randomness.SecureRandom`).
@@ -43,6 +43,7 @@ from dpmarginals.local.cormode import InpHTCMS, cms_reports, sketch_hashes
 from dpmarginals.local.direct import AM, collection_output_distribution, every_record
 from dpmarginals.local.em import EM, InpEM
 from dpmarginals.local.fourier import FT, InpHT, MargHT, coefficient_masks
+from dpmarginals.local.wfm import WFM
 from dpmarginals.methods import available, make
 from dpmarginals.oracles import ORACLES, fwht
 from dpmarginals.protocol.client import make_reports
@@ -83,6 +84,9 @@ RANDOMIZERS: dict[str, Callable[[float, Domain], np.ndarray]] = {
     "be": lambda eps, dom: BE(eps, k=2).output_distribution(dom, N_PLAN),
     "calm": _spine(CALM),
     "am": _spine(AM),
+    # WFM (McKenna et al. 2020): the optimized strategy's columns; tight since the
+    # optimizer keeps every row within 1e-10 (relative) of the e^eps ratio it may use
+    "wfm": lambda eps, dom: WFM(eps, k=2).output_distribution(dom),
 }
 
 
@@ -237,6 +241,7 @@ FORMAT_PLANS: dict[str, Callable[[float], object]] = {
     "em_oue": lambda eps: EM(eps, k=2, oracle="oue"),
     "em_sue": lambda eps: EM(eps, k=2, oracle="sue"),
     "inp_em": lambda eps: InpEM(eps, k=2),
+    "wfm": lambda eps: WFM(eps, k=2),
 }
 
 
@@ -244,8 +249,8 @@ def _client_distribution(plan: Plan, dom: Domain) -> np.ndarray:
     """P[(group, payload) | record] of the report a device makes from ``plan`` alone: a
     uniform group (choose_group; the service's assignment ignores the record too), then its
     oracle or format as :class:`PlanCodec` builds it, on the record's input.  Columns: the
-    groups in plan order, each its format's outputs (ht, cms: 2 i + b; em: the classes in
-    C order)."""
+    groups in plan order, each its format's outputs (ht, cms: 2 i + b; matrix: o; em: the
+    classes in C order)."""
     codec = PlanCodec(plan)
     records = every_record(dom).codes
     blocks = []
@@ -302,13 +307,16 @@ def _payload_index(plan: Plan, reports: list) -> np.ndarray:
         oracle = codec.oracle(r["group"])
         if oracle.name == "em":
             local = int(np.ravel_multi_index(tuple(r["payload"]), oracle.classes))
+        elif oracle.name == "matrix":
+            local = r["payload"]
         else:
             local = 2 * r["payload"][0] + r["payload"][1]
         out.append(offsets[r["group"]] + local)
     return np.asarray(out)
 
 
-@pytest.mark.parametrize("name", ["inp_ht", "marg_ht", "inp_htcms_small", "em_oue", "inp_em"])
+@pytest.mark.parametrize("name", ["inp_ht", "marg_ht", "inp_htcms_small", "em_oue", "inp_em",
+                                  "wfm"])
 def test_the_clients_reports_follow_their_exact_distribution(name):
     # make_reports (the device's code path) for 60k users with one record of 3 x 2 x 2,
     # groups drawn by the client; multinomial chi-squared over (group, payload), p >= 1e-4.

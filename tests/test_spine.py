@@ -33,10 +33,10 @@ N = 4000
 EPSILON = 1.0
 # Every local method: its users report through a frequency oracle (calm ... marg_ps) or a
 # report format of dpmarginals.protocol.formats (em, inp_em: "em"; ft, inp_ht, marg_ht:
-# "ht"; inp_htcms: "cms"), and the service accepts its plan.
+# "ht"; inp_htcms: "cms"; wfm: "matrix"), and the service accepts its plan.
 SPINE_METHODS = ["calm", "fc", "am", "be", "inp_rr", "inp_ps", "inp_olh", "marg_rr",
-                 "marg_ps", "em", "inp_em", "ft", "inp_ht", "marg_ht", "inp_htcms"]
-FORMAT_METHODS = ["em", "inp_em", "ft", "inp_ht", "marg_ht", "inp_htcms"]
+                 "marg_ps", "em", "inp_em", "ft", "inp_ht", "marg_ht", "inp_htcms", "wfm"]
+FORMAT_METHODS = ["em", "inp_em", "ft", "inp_ht", "marg_ht", "inp_htcms", "wfm"]
 # Exempt: calm_pgm's plan is CALM's (method "calm"), so its reports are CALM's and are
 # released as "calm" (covered above); uni, the Uniform baseline (CALM §5.1), reads no
 # record and has no reports (its plan has no groups, refused below); priview, aim and mst
@@ -268,6 +268,10 @@ def test_out_of_range_reports_of_the_formats_are_refused_by_the_service(api, nam
         bad = {f"class {oracle.classes[1]} of attribute 'b'": [good[0], oracle.classes[1],
                                                                 *good[2:]],
                "4 integers": good[:3], "4 integers ": [*good[:3], True]}
+    elif name == "wfm":
+        bad = {f"matrix payload {oracle.size} is outside": oracle.size,
+               "matrix payload -1 is outside": -1, "must be an integer": [good, 0],
+               "must be an integer ": True}
     else:
         fmt = oracle.name
         bad = {f"{fmt} index {oracle.K}": [oracle.K, 0], f"{fmt} bit must be 0 or 1": [0, 2],

@@ -23,6 +23,7 @@ from .core.randomness import RNGLike
 from .local.calm import CALM
 from .local.calm_pgm import CALMPGM
 from .local.cormode import BASELINES
+from .local.wfm import WFM
 from .protocol.plan import Plan
 from .synopsis.base import Synopsis, UniformSynopsis
 
@@ -63,6 +64,7 @@ _REGISTRY: dict[str, Callable[..., Any]] = {
     "priview": PriView,  # central DP, the papers' reference point
     "aim": AIM,  # issue #18: central (epsilon, delta)-DP through OpenDP ('tables' extra)
     "mst": MST,
+    "wfm": WFM,  # issue #20: the workload factorization mechanism (McKenna et al. 2020)
 }
 
 

@@ -8,7 +8,8 @@ with at most a few thousand rows per group; numpy then finishes:
 =========  ==============================================  ==================================
 oracle     token counted by the engine                     numpy finish
 =========  ==============================================  ==================================
-grr        the value                                       scatter into a length-L vector
+grr,       the value (matrix: the output o)                scatter into a length-L (m)
+matrix                                                     vector
 hr         (j, bit)                                        C(x) = (n + (H S)[x + 1]) / 2, S_j
                                                            = N_j0 - N_j1 (one FWHT, O(K log K))
 ht, cms    (j, bit): the index and the bit                 scatter into the 2 K counts
@@ -40,7 +41,7 @@ from ..core.errors import DPMarginalsError
 from ..core.hashing import PRIME
 from ..oracles import FrequencyOracle, fwht
 from ..protocol.counts import Counts
-from ..protocol.formats import plan_oracles, support_sizes
+from ..protocol.formats import INTEGER_PAYLOADS, plan_oracles, support_sizes
 from ..protocol.plan import Plan
 
 __all__ = [
@@ -79,6 +80,8 @@ def batch_key(oracle: Any) -> tuple[str, int]:
         return ("pairs", 0)
     if oracle.name == "em":
         return ("em", oracle.d)
+    if oracle.name in INTEGER_PAYLOADS:
+        return ("value", 0)
     return (oracle.name, 0)
 
 
@@ -107,7 +110,7 @@ def _no_nulls(keys: Sequence[np.ndarray | np.ma.MaskedArray], g: int, o: Any
 
 def finish_values(oracle: FrequencyOracle, g: int, values: np.ndarray, counts: np.ndarray
                   ) -> tuple[np.ndarray, int]:
-    """GRR: counts per reported value -> (support, users)."""
+    """GRR (and the ``matrix`` format): counts per reported value -> (support, users)."""
     (values,) = _no_nulls([values], g, oracle)
     counts = np.asarray(counts, dtype=np.int64)
     support = _scatter(values, counts, oracle.size, f"{_where(g, oracle)}: reported value")

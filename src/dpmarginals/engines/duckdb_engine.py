@@ -107,8 +107,8 @@ class DuckDBEngine:
         for (kind, width), groups in batches.items():
             src = _source([f for g in groups for f in files[g]])
             try:
-                if kind == "grr":
-                    result = self._grr(src)
+                if kind == "value":
+                    result = self._values(src)
                 elif kind == "pairs":
                     result = self._pairs(src)
                 elif kind == "em":
@@ -123,7 +123,7 @@ class DuckDBEngine:
             for g in groups:
                 at = result["group"] == g
                 part = {k: v[at] for k, v in result.items()}
-                if kind == "grr":
+                if kind == "value":
                     supports[g], users[g] = finish_values(oracles[g], g, part["k"], part["n"])
                 elif kind == "pairs":
                     supports[g], users[g] = finish_pairs(oracles[g], g, part["j"],
@@ -159,7 +159,7 @@ class DuckDBEngine:
             if g is not None:
                 check_file_metadata(name, bytes(value), plan, g)
 
-    def _grr(self, src: str) -> dict[str, np.ndarray]:
+    def _values(self, src: str) -> dict[str, np.ndarray]:
         return self._fetch(f'SELECT "group", value AS k, count(*) AS n FROM {src} '
                            'GROUP BY ALL')
 

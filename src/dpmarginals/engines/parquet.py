@@ -12,7 +12,8 @@ the group's oracle (all columns ``int64``, non-null; "native" is the in-memory f
 =========  ===========================  ==================================================
 oracle     columns                      meaning
 =========  ===========================  ==================================================
-``grr``    ``value``                    the reported value, 0..L-1
+``grr``,   ``value``                    the reported value, 0..L-1 (matrix: the output o,
+matrix                                  0..m-1)
 ``oue``,   ``word0`` .. ``word{W-1}``   the L-bit vector in W = ceil(L/64) little-endian
 ``sue``                                 64-bit words: bit v is bit v mod 64 of word
                                         v div 64 (two's complement); bits >= L are 0.
@@ -72,7 +73,7 @@ from ..core.errors import DPMarginalsError
 from ..core.extras import lazy
 from ..core.hashing import PRIME
 from ..datasets.sparse import SparseRecords, read_records
-from ..protocol.formats import plan_oracles
+from ..protocol.formats import INTEGER_PAYLOADS, plan_oracles
 from ..protocol.plan import Plan
 
 pa = lazy("pyarrow", extra="engines", what="reading or writing Parquet")
@@ -119,7 +120,7 @@ def words(oracle: Any) -> int:
 def report_columns(oracle: Any) -> list[str]:
     """The Parquet columns of ``oracle``'s reports (see the module docstring)."""
     name = oracle.name
-    if name == "grr":
+    if name in INTEGER_PAYLOADS:
         return ["value"]
     if name in ("oue", "sue"):
         return [f"word{i}" for i in range(words(oracle))]
@@ -163,10 +164,10 @@ def _check_native(oracle: Any, native: Any) -> np.ndarray:
             i = int(np.flatnonzero(bad)[0])
             raise DPMarginalsError(f"{what} {int(col[i])} of report {i} is outside 0..{high - 1}")
 
-    if name == "grr":
+    if name in INTEGER_PAYLOADS:
         if arr.ndim != 1:
-            raise DPMarginalsError(f"grr reports must be 1-D, got shape {arr.shape}")
-        check(arr, size, "grr value")
+            raise DPMarginalsError(f"{name} reports must be 1-D, got shape {arr.shape}")
+        check(arr, size, f"{name} value")
         return arr
     if name == "em":
         if arr.ndim != 2 or arr.shape[1] != oracle.d:
@@ -195,7 +196,7 @@ def to_table(oracle: Any, native: Any,
     """Native reports (validated) -> an Arrow table in the oracle's Parquet schema."""
     arr = _check_native(oracle, native)
     schema = report_schema(oracle, metadata)
-    if oracle.name == "grr":
+    if oracle.name in INTEGER_PAYLOADS:
         cols = [arr]
     elif oracle.name in ("oue", "sue"):
         w = words(oracle)
@@ -216,7 +217,7 @@ def from_table(oracle: Any, table: pa.Table | pa.RecordBatch) -> np.ndarray:
         if col.null_count:
             raise DPMarginalsError(f"{oracle.name} reports: column {name!r} has null values")
         cols.append(np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.int64))
-    if oracle.name == "grr":
+    if oracle.name in INTEGER_PAYLOADS:
         return cols[0]
     if oracle.name in ("oue", "sue"):
         stacked = np.ascontiguousarray(np.column_stack(cols).astype("<i8", copy=False))

@@ -250,7 +250,7 @@ class SparkEngine:
             frame = self._read(base, groups)
             if frame is None:
                 continue
-            if kind == "grr":
+            if kind == "value":
                 res = _to_numpy(frame.groupBy("group", "value").count())
             elif kind == "pairs":
                 res = _to_numpy(frame.groupBy("group", "j", "bit").count())
@@ -264,7 +264,7 @@ class SparkEngine:
             for g in groups:
                 at = np.asarray(res["group"]) == g
                 part = {k: v[at] for k, v in res.items()}
-                if kind == "grr":
+                if kind == "value":
                     supports[g], users[g] = finish_values(oracles[g], g, part["value"],
                                                           part["count"])
                 elif kind == "pairs":

@@ -29,6 +29,10 @@ format   method               input, and what is sent      payload       support
                               value, OUE/SUE the bit       per           k-set of
                               vector as an integer         attribute     attributes, one
                               (bit v = value v)                          after the other
+matrix   WFM (one group of    her cell x of the full       integer o,    reports per
+         every attribute)     table; o drawn from column   0 <= o < m    output: m
+                              x of the public strategy
+                              matrix Q (m x cells)
 =======  ===================  ===========================  ============  =================
 
 ``p = e^eps / (1 + e^eps)`` (binary randomized response).  T (``ht``) is every non-constant
@@ -42,7 +46,14 @@ public ``params["hash_seed"]`` (Cormode et al. B.2).  EM's per-attribute oracles
 attribute: nothing is sent), eps-LDP by composition; its sufficient statistics are the
 histograms of the reported classes on the k-sets of attributes (CALM §3.6: EM answers a
 marginal from the users' reported tuples), so a unary-encoded attribute of c values has 2^c
-classes.
+classes.  The strategy matrix of ``matrix`` (the workload factorization mechanism, McKenna
+et al. PVLDB 2020) is ``params["strategy"]``: ``{"rows": m, "columns": cells, "float64":
+[...]}``, its m x cells entries as little-endian float64, row by row, in base64 strings
+of at most 4,096 characters each (3,072 bytes; the service caps every string in a plan).
+The client checks it before any draw (:class:`StrategyMatrix`): finite, non-negative,
+every column summing to 1 within 1e-9 (it samples from the column divided by its sum),
+and eps-LDP: in every row of the normalized matrix the largest entry is at most e^eps
+times the smallest.
 
 >>> from dpmarginals.core.domain import Domain
 >>> from dpmarginals.protocol.plan import GroupSpec, Plan
@@ -59,6 +70,8 @@ classes.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -79,18 +92,23 @@ from .plan import Plan
 
 __all__ = [
     "FORMATS",
+    "INTEGER_PAYLOADS",
     "KNOWN",
     "MAX_CODE_BITS",
     "MAX_GROUP_SUPPORT",
+    "MAX_STRATEGY_ENTRIES",
     "SUPPORTS",
     "AttributeReports",
     "CountMeanSketch",
     "HadamardCoefficients",
+    "StrategyMatrix",
     "attribute_bits",
     "binary_codes",
     "bits_for",
     "coefficient_count",
     "coefficient_masks",
+    "decode_matrix",
+    "encode_matrix",
     "group_oracle",
     "kset_histograms",
     "plan_oracles",
@@ -104,8 +122,14 @@ MAX_CODE_BITS = 62
 """A binary code (``ht``) is one int64."""
 MAX_GROUP_SUPPORT = 1 << 23
 """The longest support vector a group of these formats may have (a 64 MiB count tensor)."""
+MAX_STRATEGY_ENTRIES = 1 << 24
+"""The largest strategy matrix a plan may carry (m x cells entries: 128 MiB of float64)."""
+STRATEGY_CHUNK = 3072
+"""Bytes per base64 string of a published strategy (4,096 characters)."""
 SUPPORTS = ("bits", "attributes")
 UNARY = ("oue", "sue")
+INTEGER_PAYLOADS = ("grr", "matrix")
+"""Oracles and formats whose report is one integer below their support's length."""
 
 
 # -- small shared arithmetic ----------------------------------------------------------------
@@ -477,7 +501,189 @@ def kset_histograms(tuples: np.ndarray, counts: np.ndarray, classes: Sequence[in
     return out
 
 
-FORMATS = ("ht", "cms", "em")
+# -- matrix: one output of a public strategy matrix (WFM) -----------------------------------
+def encode_matrix(matrix: np.ndarray) -> dict[str, Any]:
+    """The plan's JSON form of a strategy matrix (module docstring; exact float64).
+
+    >>> spec = encode_matrix(np.array([[0.25, 0.5], [0.75, 0.5]]))
+    >>> spec["rows"], spec["columns"], spec["float64"], decode_matrix(spec, 2).tolist()
+    (2, 2, ['AAAAAAAA0D8AAAAAAADgPwAAAAAAAOg/AAAAAAAA4D8='], [[0.25, 0.5], [0.75, 0.5]])
+    """
+    arr = np.ascontiguousarray(matrix, dtype="<f8")
+    if arr.ndim != 2:
+        raise DPMarginalsError(f"a strategy matrix is 2-D, got shape {arr.shape}")
+    raw = arr.tobytes()
+    return {"rows": int(arr.shape[0]), "columns": int(arr.shape[1]),
+            "float64": [base64.b64encode(raw[i : i + STRATEGY_CHUNK]).decode("ascii")
+                        for i in range(0, len(raw), STRATEGY_CHUNK)]}
+
+
+def decode_matrix(spec: Any, columns: int) -> np.ndarray:
+    """The matrix of :func:`encode_matrix`'s ``spec``, which must have ``columns`` columns
+    (the group's cells); a malformed spec is an error naming the field."""
+    rows, chunks = _strategy_spec(spec, columns)
+    return _decode_chunks(chunks, rows, columns)
+
+
+def _decode_chunks(chunks: tuple[str, ...], rows: int, columns: int) -> np.ndarray:
+    raw = []
+    for i, text in enumerate(chunks):
+        try:
+            part = base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            raise DPMarginalsError(f"plan params.strategy.float64[{i}] is not valid "
+                                   "base64") from None
+        last = i == len(chunks) - 1
+        if (len(part) != STRATEGY_CHUNK and not last) or not part:
+            raise DPMarginalsError(f"plan params.strategy.float64[{i}] holds {len(part)} "
+                                   f"bytes; every string but the last holds {STRATEGY_CHUNK}")
+        raw.append(part)
+    data = b"".join(raw)
+    if len(data) != 8 * rows * columns:
+        raise DPMarginalsError(f"plan params.strategy.float64 holds {len(data):,} bytes, not "
+                               f"the {8 * rows * columns:,} of {rows} x {columns} float64")
+    return np.frombuffer(data, dtype="<f8").astype(np.float64).reshape(rows, columns)
+
+
+def _strategy_spec(spec: Any, columns: int) -> tuple[int, tuple[str, ...]]:
+    """(rows, base64 strings) of a well-formed strategy spec of ``columns`` columns."""
+    if not isinstance(spec, dict) or set(spec) != {"rows", "columns", "float64"}:
+        raise DPMarginalsError('plan params.strategy must be {"rows", "columns", "float64"}, '
+                               f"got {str(spec)[:80]!r}")
+    rows, cols, text = spec["rows"], spec["columns"], spec["float64"]
+    for key, value in (("rows", rows), ("columns", cols)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise DPMarginalsError(f"plan params.strategy.{key} must be an integer >= 1, got "
+                                   f"{value!r}")
+    if cols != columns:
+        raise DPMarginalsError(f"plan params.strategy has {cols} columns but the group's "
+                               f"marginal has {columns} cells")
+    if rows * cols > MAX_STRATEGY_ENTRIES:
+        raise DPMarginalsError(f"plan params.strategy has {rows} x {cols} = {rows * cols:,} "
+                               f"entries; at most {MAX_STRATEGY_ENTRIES:,}")
+    chunks = -(-8 * rows * cols // STRATEGY_CHUNK)
+    if (not isinstance(text, list) or len(text) != chunks
+            or not all(isinstance(t, str) for t in text)):
+        raise DPMarginalsError(f"plan params.strategy.float64 must be {chunks} base64 strings "
+                               f"(the {rows} x {cols} float64 numbers, {STRATEGY_CHUNK} bytes "
+                               "a string)")
+    return rows, tuple(text)
+
+
+@dataclass(frozen=True, eq=False)
+class StrategyMatrix:
+    """``matrix``: the user in cell x reports o with probability ``Q[o, x] / sum(Q[:, x])``
+    (the workload factorization mechanism's randomizer, McKenna et al. PVLDB 2020 §3).
+
+    Built only from a matrix that passes :meth:`validate`: the client refuses a plan
+    whose strategy is not a set of distributions or not eps-LDP before it draws anything.
+
+    >>> q = np.array([[2, 1], [1, 2]]) / 3          # randomized response at eps = ln 2
+    >>> fmt = StrategyMatrix(math.log(2), q, (2,))
+    >>> fmt.output_distribution(1).round(3).tolist(), int(fmt.support([0, 1, 1]).sum())
+    ([0.333, 0.667], 3)
+    >>> StrategyMatrix(0.5, q, (2,))
+    Traceback (most recent call last):
+    ...
+    dpmarginals.core.errors.DPMarginalsError: the strategy matrix is not 0.5-LDP: row 0 has ...
+    """
+
+    epsilon: float
+    matrix: np.ndarray
+    sizes: tuple[int, ...]
+    name: ClassVar[str] = "matrix"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
+        object.__setattr__(self, "matrix", self.validate(self.matrix, self.epsilon,
+                                                         math.prod(self.sizes)))
+
+    @staticmethod
+    def validate(matrix: ArrayLike, epsilon: float, cells: int) -> np.ndarray:
+        """The normalized matrix (columns divided by their sums, read-only), if ``matrix``
+        is (m, cells), finite, non-negative, its columns sum to 1 within 1e-9, and every
+        row of the normalized matrix has max <= e^eps min (a row of zeros is never sent)."""
+        arr = np.array(matrix, dtype=np.float64)
+        if arr.ndim != 2 or arr.shape[1] != cells or arr.shape[0] < 1:
+            raise DPMarginalsError(f"the strategy matrix must have shape (m, {cells}), got "
+                                   f"{arr.shape}")
+        if not np.isfinite(arr).all() or (arr < 0).any():
+            raise DPMarginalsError("the strategy matrix has a negative or non-finite entry")
+        sums = arr.sum(axis=0)
+        bad = np.flatnonzero(np.abs(sums - 1.0) > 1e-9)
+        if bad.size:
+            raise DPMarginalsError(f"column {int(bad[0])} of the strategy matrix sums to "
+                                   f"{float(sums[bad[0]])!r}, not 1: it is not a distribution")
+        arr /= sums
+        lo, hi = arr.min(axis=1), arr.max(axis=1)
+        leaky = np.flatnonzero((hi > 0) & ~(hi <= lo * math.exp(epsilon)))
+        if leaky.size:
+            o = int(leaky[0])
+            ratio = math.inf if lo[o] == 0 else float(hi[o] / lo[o])
+            raise DPMarginalsError(f"the strategy matrix is not {epsilon}-LDP: row {o} has "
+                                   f"max/min = {ratio!r} > e^eps = {math.exp(epsilon)!r}")
+        arr.setflags(write=False)
+        return arr
+
+    @property
+    def size(self) -> int:
+        """m: the support counts the reports of each output."""
+        return int(self.matrix.shape[0])
+
+    @property
+    def report_bits(self) -> int:
+        return bits_for(self.size)
+
+    @cached_property
+    def _cumulative(self) -> np.ndarray:
+        return np.cumsum(self.matrix, axis=0)
+
+    def encode(self, values: np.ndarray) -> np.ndarray:
+        """The group's attribute values (n, a) -> cells of the full table (C order)."""
+        arr = np.asarray(values, dtype=np.int64)
+        return np.ravel_multi_index(tuple(arr.T), self.sizes).astype(np.int64)
+
+    def perturb(self, inputs: ArrayLike, *, rng: RNGLike = None) -> np.ndarray:
+        """One output per user, int64 (n,): inverse-CDF sampling of her column with one
+        uniform draw each (OS entropy when ``rng`` is None); a loop over distinct cells."""
+        x = np.asarray(inputs, dtype=np.int64).ravel()
+        check_range(x, self.matrix.shape[1], "matrix inputs")
+        u = np.asarray(client_rng(rng).random(x.size), dtype=np.float64)
+        out = np.empty(x.size, dtype=np.int64)
+        order = np.argsort(x, kind="stable")
+        cells, starts = np.unique(x[order], return_index=True)
+        for cell, users in zip(cells.tolist(), np.split(order, starts[1:]), strict=True):
+            cdf = self._cumulative[:, cell]
+            out[users] = np.searchsorted(cdf, u[users] * cdf[-1], side="right")
+        return np.minimum(out, self.size - 1)
+
+    def check(self, reports: ArrayLike) -> np.ndarray:
+        """Raise unless the reports are a 1-D integer array of outputs in 0..m-1."""
+        arr = np.asarray(reports)
+        if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
+            raise DPMarginalsError(f"matrix reports must be a 1-D integer array, got "
+                                   f"{arr.dtype} {arr.shape}")
+        arr = arr.astype(np.int64, copy=False)
+        check_range(arr, self.size, "matrix output")
+        return arr
+
+    def support(self, reports: ArrayLike) -> np.ndarray:
+        return np.bincount(self.check(reports), minlength=self.size).astype(np.int64)
+
+    def output_distribution(self, value: int) -> np.ndarray:
+        """P[o | cell] for o = 0..m-1: the cell's normalized column."""
+        return np.array(self.matrix[:, int(value)])
+
+
+@lru_cache(maxsize=4)
+def _strategy_format(epsilon: float, chunks: tuple[str, ...], rows: int,
+                     sizes: tuple[int, ...]) -> StrategyMatrix:
+    """One validated format per published matrix (decoding and checking a 2^22-entry
+    matrix takes a fraction of a second; a plan's groups and codecs ask for it often)."""
+    return StrategyMatrix(epsilon, _decode_chunks(chunks, rows, math.prod(sizes)), sizes)
+
+
+FORMATS = ("ht", "cms", "em", "matrix")
 KNOWN = (*sorted(ORACLES), *FORMATS)
 
 
@@ -500,6 +706,9 @@ def group_oracle(plan: Plan, group: int) -> Any:
                                    f"attribute, got {names!r:.120}")
         chosen = tuple(str(names[plan.domain.index(a)]) for a in spec.attributes)
         return AttributeReports(spec.epsilon, sizes, chosen, _int_param(plan, "k", 1))
+    if spec.oracle == "matrix":
+        rows, chunks = _strategy_spec(plan.params.get("strategy"), spec.cells)
+        return _strategy_format(spec.epsilon, chunks, rows, sizes)
     raise DPMarginalsError(f"oracle must be one of {list(KNOWN)}, got {spec.oracle!r}")
 
 

@@ -27,10 +27,12 @@ oracle     payload                     valid when
 ``cms``    ``[i, b]``                  0 <= i < g w (i = j w + l), b in {0, 1}
 ``em``     ``[y_0, ..., y_{d-1}]``     one integer per attribute of the group, each
                                        below the attribute's number of classes
+matrix     integer ``o``               0 <= o < m, the rows of the plan's strategy
 =========  ==========================  ===============================================
 
-``ht``, ``cms`` and ``em`` are the report formats of :mod:`dpmarginals.protocol.formats`
-(InpHT/FT and MargHT, InpHTCMS, EM and InpEM); their parameters come from the plan.
+``ht``, ``cms``, ``em`` and ``matrix`` are the report formats of
+:mod:`dpmarginals.protocol.formats` (InpHT/FT and MargHT, InpHTCMS, EM and InpEM, WFM);
+their parameters come from the plan.
 
 A batch is ``{"reports": [report, ...]}`` with at most :data:`MAX_BATCH_REPORTS` reports.
 :class:`PlanCodec` validates reports against a plan (one bad report rejects the whole
@@ -65,7 +67,7 @@ from ..core.errors import DPMarginalsError
 from ..core.hashing import PRIME as _PRIME
 from ..oracles import ORACLES
 from .counts import Counts
-from .formats import MAX_GROUP_SUPPORT, group_oracle
+from .formats import INTEGER_PAYLOADS, MAX_GROUP_SUPPORT, group_oracle
 from .plan import Plan
 
 __all__ = [
@@ -104,8 +106,8 @@ REPORT_SCHEMA: dict[str, Any] = {
         "plan_hash": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
         "group": {"type": "integer", "minimum": 0},
         "payload": {
-            "description": "grr: an integer; oue/sue: base64 packed bits; olh: [seed, y]; "
-            "hr: [j, b]; ht, cms: [i, b]; em: one class per attribute",
+            "description": "grr, matrix: an integer; oue/sue: base64 packed bits; olh: "
+            "[seed, y]; hr: [j, b]; ht, cms: [i, b]; em: one class per attribute",
             "anyOf": [
                 {"type": "integer", "minimum": 0},
                 {"type": "string"},
@@ -170,7 +172,7 @@ class _GroupCodec:
         name = oracle.name
         if name in ("oue", "sue"):
             return cls(oracle, (oracle.size + 7) // 8, tuple(attributes))
-        if name == "grr":
+        if name in INTEGER_PAYLOADS:
             return cls(oracle, 8, tuple(attributes))
         if name == "olh" or name in _PAIRS:
             return cls(oracle, 16, tuple(attributes))
@@ -182,11 +184,11 @@ class _GroupCodec:
     def row(self, payload: object) -> bytes:
         """The stored row of a JSON payload; raises ReportError (without index) if invalid."""
         name, size = self.oracle.name, self.oracle.size
-        if name == "grr":
+        if name in INTEGER_PAYLOADS:
             if not _is_int(payload):
-                raise ReportError(f"grr payload must be an integer, got {_short(payload)}")
+                raise ReportError(f"{name} payload must be an integer, got {_short(payload)}")
             if not 0 <= payload < size:  # type: ignore[operator]
-                raise ReportError(f"grr payload {payload} is outside 0..{size - 1}")
+                raise ReportError(f"{name} payload {payload} is outside 0..{size - 1}")
             return payload.to_bytes(8, "little")  # type: ignore[union-attr]
         if name in ("oue", "sue"):
             return self._bits_row(payload)
@@ -264,7 +266,7 @@ class _GroupCodec:
                 if (last >> pad).any():
                     return None
             return raws
-        if name == "grr":
+        if name in INTEGER_PAYLOADS:
             if {type(p) for p in payloads} != {int}:
                 return None
             arr = np.array(payloads, dtype=np.int64)
@@ -302,7 +304,7 @@ class _GroupCodec:
         if self.oracle.name in ("oue", "sue"):
             return np.frombuffer(rows, dtype=np.uint8).reshape(-1, self.width)
         arr = np.frombuffer(rows, dtype=_INT64).astype(np.int64)
-        return arr if self.oracle.name == "grr" else arr.reshape(-1, self.width // 8)
+        return arr if self.oracle.name in INTEGER_PAYLOADS else arr.reshape(-1, self.width // 8)
 
     def payloads(self, native: np.ndarray) -> list[Any]:
         """Native report array (as ``oracle.perturb`` returns) -> JSON payloads."""

@@ -76,10 +76,11 @@ def check_counts(plan: Plan, counts: Counts, *, alpha: float = 1e-6) -> list[Fla
     """
     from scipy import stats
 
-    from ..oracles import make_oracle
+    from ..oracles import ORACLES, make_oracle
 
-    checked = [(g, spec) for g, spec in enumerate(plan.groups)
-               if g < counts.m and counts.supports[g].shape == (spec.cells,)
+    checked = [(g, spec) for g, spec in enumerate(plan.groups)  # frequency oracles only
+               if spec.oracle in ORACLES and g < counts.m
+               and counts.supports[g].shape == (spec.cells,)
                and counts.users[g] > 0]
     if not checked:
         return []

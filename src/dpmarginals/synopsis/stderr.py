@@ -469,14 +469,18 @@ def standard_errors(synopsis: Any, attrs: Sequence[str], values: np.ndarray, *,
     ``"bootstrap"`` (reconstructed query: bootstrap RMSE, the unmeasured interactions'
     variance and, for calm-pgm, what shrinkage hides from the bootstrap), or
     ``"measurement"`` for a synopsis that gives its own (``measurement_std``: AIM, MST).
-    ``public``: a public or synthetic :class:`~dpmarginals.core.dataset.Dataset` over the
-    same domain whose interactions tell how fast they fade with the order
-    (:func:`interaction_profile`), instead of the fixed :data:`INTERACTION_DECAY`.  Without
-    ``rng`` the bootstrap is seeded from the query, so asking twice gives the same answer
-    (its randomness is post-processing, not privacy)."""
+    A synopsis with its own closed form (``wfm``'s ``standard_errors``) answers with it,
+    as ``"analytic"``.  ``public``: a public or synthetic
+    :class:`~dpmarginals.core.dataset.Dataset` over the same domain whose interactions tell
+    how fast they fade with the order (:func:`interaction_profile`), instead of the fixed
+    :data:`INTERACTION_DECAY`.  Without ``rng`` the bootstrap is seeded from the query, so
+    asking twice gives the same answer (its randomness is post-processing, not privacy)."""
     own = getattr(synopsis, "measurement_std", None)
     if callable(own):  # AIM, MST: the noise of the measured marginals (central/contingency)
         return own(attrs), "measurement"
+    own = getattr(synopsis, "standard_errors", None)
+    if callable(own):  # wfm: the closed-form covariance of its reconstruction
+        return own(attrs), "analytic"
     if rng is None:
         rng = np.random.SeedSequence(zlib.crc32(",".join(attrs).encode()))
     std = analytic_std(synopsis, attrs, values)
