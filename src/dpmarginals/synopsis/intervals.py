@@ -37,7 +37,8 @@ import numpy as np
 
 from .stderr import GroupInfo, _cell_variance, analytic_std, covering_groups, groups_of
 
-__all__ = ["RANGE_CELLS", "Z95", "Interval", "interval", "measured_range", "pooled_estimate"]
+__all__ = ["RANGE_CELLS", "Z95", "Interval", "interval", "measured_range", "pooled_estimate",
+           "with_uncertainty"]
 
 #: The two-sided 95% normal quantile.
 Z95 = 1.959964
@@ -165,10 +166,11 @@ def measured_range(synopsis: Any, attrs: Sequence[str], *, z: float = Z95,
     sum of p subject to ``p >= 0``, ``sum p = 1`` and, for every set S inside U that some
     group measured (every subset of a group's part in U), ``|A_S p - m_S| <= z sd_S``
     (:func:`pooled_estimate`).  A smaller U relaxes the program, so the range stays valid
-    (only wider).  When noise makes the constraints contradictory z is doubled.
+    (only wider).  Noisy tables can contradict each other: when no table is within ``t``
+    standard errors of all of them for ``t < z``, ``z`` becomes ``sqrt(z^2 + t^2)``.
     """
     from scipy.optimize import linprog
-    from scipy.sparse import csr_matrix, vstack
+    from scipy.sparse import csr_matrix, hstack, vstack
 
     sizes = _sizes(synopsis)
     groups = groups_of(synopsis)
@@ -191,27 +193,24 @@ def measured_range(synopsis: Any, attrs: Sequence[str], *, z: float = Z95,
     a_ub = vstack([a_meas, -a_meas]).tocsr()
     a_eq = csr_matrix(np.ones((1, math.prod(shape))))
     objective = _indicator(shape, [support.index(a) for a in query]).toarray()
-    lower = np.empty(objective.shape[0])
-    upper = np.empty(objective.shape[0])
-    for _ in range(4):
-        b_ub = np.concatenate([m + z * sd, -(m - z * sd)])
-        ok = True
-        for i, c in enumerate(objective):
-            for sign, out in ((1.0, lower), (-1.0, upper)):
-                res = linprog(sign * c, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=[1.0],
-                              bounds=(0, None), method="highs",
-                              options={"presolve": False})  # 4x faster here
-                if res.status != 0:
-                    ok = False
-                    break
+    options = {"presolve": False}  # 4x faster on these programs
+    # The least t with a table within t standard errors of every measured one: (p, t).
+    cells = math.prod(shape)
+    spread_col = csr_matrix(np.concatenate([-sd, -sd])[:, None])
+    least = linprog(np.r_[np.zeros(cells), 1.0], A_ub=hstack([a_ub, spread_col]),
+                    b_ub=np.concatenate([m, -m]), A_eq=hstack([a_eq, csr_matrix((1, 1))]),
+                    b_eq=[1.0], bounds=(0, None), method="highs", options=options)
+    if least.status == 0 and least.x[-1] > z:
+        z = math.hypot(z, float(least.x[-1]))
+    b_ub = np.concatenate([m + z * sd, -(m - z * sd)])
+    lower = np.zeros(objective.shape[0])
+    upper = np.ones(objective.shape[0])
+    for i, c in enumerate(objective):
+        for sign, out in ((1.0, lower), (-1.0, upper)):
+            res = linprog(sign * c, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=[1.0],
+                          bounds=(0, None), method="highs", options=options)
+            if res.status == 0:  # else (numerical trouble): nothing is ruled out
                 out[i] = sign * res.fun
-            if not ok:
-                break
-        if ok:
-            break
-        z *= 2
-    else:  # contradictory even at 16 z: nothing is ruled out
-        lower[:], upper[:] = 0.0, 1.0
     qshape = tuple(sizes[a] for a in query)
     return MeasuredRange(np.clip(lower, 0, 1).reshape(qshape),
                          np.clip(upper, 0, 1).reshape(qshape), support, z, recorded)
@@ -234,25 +233,37 @@ def interval(synopsis: Any, attrs: Sequence[str], values: np.ndarray, std: np.nd
     if covering_groups(groups_of(synopsis), attrs):
         if _shrinks(synopsis):
             est, sd, recorded = pooled_estimate(synopsis, attrs)
-            lower = np.minimum(lower, est - Z95 * sd)
-            upper = np.maximum(upper, est + Z95 * sd)
-            note = ("measured, then shrunk: the interval also spans the unshrunk estimate "
-                    "± 1.96 std, since shrinkage moves a strong interaction's answer by a "
-                    "fixed amount that the std covers only on average over queries"
+            lower = np.minimum(values, est - Z95 * sd)
+            upper = np.maximum(values, est + Z95 * sd)
+            note = ("measured, then shrunk: the interval is the unshrunk estimate ± 1.96 of "
+                    "its std, stretched to hold the answer, since shrinkage moves a strong "
+                    "interaction's answer by a fixed amount that the std covers only on "
+                    "average over queries"
                     + ("" if recorded else " (this synopsis did not record its groups' raw "
                        "estimates, so the shrunk tables stand in for them)"))
     else:
         allowed = measured_range(synopsis, attrs, max_cells=max_cells)
-        lower = np.minimum(lower, allowed.lower)
-        upper = np.maximum(upper, allowed.upper)
+        lower = np.minimum(values, allowed.lower)
+        upper = np.maximum(values, allowed.upper)
         extra = [a for a in allowed.support if a not in attrs]
         note = (f"reconstructed: no group measured {together} together, so the reports "
                 "cannot tell their interaction; the interval spans every value the measured "
                 f"tables allow (within {allowed.z:.3g} standard errors"
                 + (f", over the joint table with {', '.join(extra)}" if extra else "")
-                + "), which covers this query whatever its interaction, and is wider than "
-                "± 1.96 std, which assumes an interaction like the measured ones' and covers "
-                "95% only on average over queries"
+                + ", and the answer), which covers this query whatever its interaction; "
+                "± 1.96 std is narrower but assumes an interaction like the measured ones' "
+                "and covers 95% only on average over queries"
                 + ("" if allowed.recorded else "; this synopsis did not record its groups' raw "
                    "estimates, so its released tables stand in for them"))
     return Interval(np.clip(lower, 0.0, 1.0), np.clip(upper, 0.0, 1.0), note)
+
+
+def with_uncertainty(synopsis: Any, table: Any, **options: Any) -> Any:
+    """``table`` (the synopsis's answer) with per-cell ``std``, the nominal 95% ``lower`` /
+    ``upper`` of :func:`interval` and its ``note``; ``options`` go to
+    :func:`~dpmarginals.synopsis.stderr.standard_errors` (replicates, rng, public, worlds)."""
+    from .stderr import standard_errors
+
+    std, _ = standard_errors(synopsis, table.attributes, table.values, **options)
+    bounds = interval(synopsis, table.attributes, table.values, std)
+    return table.replace(std=std, lower=bounds.lower, upper=bounds.upper, note=bounds.note)
