@@ -42,7 +42,7 @@ from dpmarginals.synopsis.intervals import interval
 from dpmarginals.synopsis.stderr import bootstrap, standard_errors
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from populations import random_network  # noqa: E402  (the tests' generator)
+from populations import random_network  # the tests' generator
 
 GRID = [(ds, d, eps) for ds, d in (("gen", 6), ("msnbc", 16), ("adult3", 15))
         for eps in (0.5, 1.0, 2.0)]

@@ -232,7 +232,10 @@ def test_query_command_prints_std(capsys, tmp_path):
     capsys.readouterr()
     assert main(["query", str(syn), "--attributes", "b,a", "--format", "csv", "--std"]) == 0
     table = pd.read_csv(io.StringIO(capsys.readouterr().out))
-    assert list(table.columns) == ["b", "a", "fraction", "std"] and (table["std"] > 0).all()
+    assert list(table.columns) == ["b", "a", "fraction", "std", "lower", "upper"]
+    assert (table["std"] > 0).all()
+    assert (table["lower"] <= table["fraction"]).all()
+    assert (table["fraction"] <= table["upper"]).all()
     assert main(["query", str(syn), "--attributes", "a,b,c", "--format", "json", "--std",
                  "--replicates", "5"]) == 0
     body = json.loads(capsys.readouterr().out)
