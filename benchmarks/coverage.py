@@ -105,6 +105,7 @@ def run_setting(ds: str, d: int, eps: float, args: argparse.Namespace) -> list[d
                 row["width"].append(float(np.mean(bounds.upper - bounds.lower)))
                 row["std_width"].append(float(np.mean(2 * Z * std)))
             seconds[name] += time.perf_counter() - clock
+        print(f"{ds} d={d} eps={eps}: run {run + 1}/{args.runs}", file=sys.stderr, flush=True)
     out = []
     for name in methods:
         for kind, q in queries:

@@ -19,8 +19,18 @@ from dpmarginals.local.calm import CALM
 from dpmarginals.local.collect import collect
 from dpmarginals.local.error_sources import population_views
 from dpmarginals.synopsis.base import consistent_synopsis
-from dpmarginals.synopsis.intervals import interval, measured_range, pooled_estimate
-from dpmarginals.synopsis.stderr import bootstrap, collection_info, standard_errors
+from dpmarginals.synopsis.intervals import (
+    interval,
+    linear_synopsis,
+    measured_range,
+    pooled_estimate,
+)
+from dpmarginals.synopsis.stderr import (
+    analytic_std,
+    bootstrap,
+    collection_info,
+    standard_errors,
+)
 from populations import random_network
 
 Z = 1.959964
@@ -78,7 +88,7 @@ def test_a_pair_the_measured_tables_determine_gets_a_narrow_range():
     q = ("a0", "a2")
     got = measured_range(syn, q)
     truth = data.marginal(q).values
-    _, sd, _ = pooled_estimate(syn, ("a1", "a2"))
+    _, sd = pooled_estimate(linear_synopsis(syn), ("a1", "a2"))
     assert (got.upper - got.lower).max() <= 8 * Z * sd.max()
     assert (got.lower <= truth).all() and (truth <= got.upper).all()
     values = syn.marginal(q).values
@@ -101,9 +111,10 @@ def test_a_measured_query_of_a_consistent_synopsis_keeps_answer_plus_minus_196_s
     np.testing.assert_allclose(bounds.upper, np.clip(values + Z * 0.01, 0, 1))
 
 
-def test_a_shrunk_measured_query_spans_the_unshrunk_estimate():
+def test_a_shrunk_measured_query_gets_the_unshrunk_estimates_interval():
     """A stand-in for a shrunk synopsis: its answer is the recorded raw estimate pulled
-    half-way to uniform; the interval is raw ± 1.96 sd, stretched to hold the answer."""
+    half-way to uniform; the interval is raw ± 1.96 of its analytic sd (not the answer's:
+    shrinkage bias is fixed per query)."""
     raw = np.array([[0.4, 0.1], [0.1, 0.4]])
     answer = 0.5 * raw + 0.5 * 0.25
     group = {"attributes": ["a", "b"], "oracle": "grr", "epsilon": 1.0, "users": 2000,
@@ -112,13 +123,19 @@ def test_a_shrunk_measured_query_spans_the_unshrunk_estimate():
     syn = SimpleNamespace(domain=dom, info={"n": 2000, "groups": [group],
                                             "shrink_factors": {"a,b": 0.5}},
                           marginal=lambda attrs: MarginalTable(dom, answer))
-    est, sd, recorded = pooled_estimate(syn, ("a", "b"))
-    assert recorded
+    linear = linear_synopsis(syn)
+    est, sd = pooled_estimate(linear, ("a", "b"))
     np.testing.assert_allclose(est, raw)
+    np.testing.assert_allclose(sd, analytic_std(linear, ("a", "b"), raw))
     bounds = interval(syn, ("a", "b"), answer, np.full((2, 2), 1e-3))
-    np.testing.assert_allclose(bounds.lower, np.minimum(answer, raw - Z * sd))
-    np.testing.assert_allclose(bounds.upper, np.maximum(answer, raw + Z * sd))
+    np.testing.assert_allclose(bounds.lower, np.clip(raw - Z * sd, 0, 1))
+    np.testing.assert_allclose(bounds.upper, raw + Z * sd)
     assert bounds.note.startswith("measured, then shrunk")
+    del group["estimate"]  # an older synopsis: ± 1.96 std, and the note says why
+    assert linear_synopsis(syn) is None
+    bounds = interval(syn, ("a", "b"), answer, np.full((2, 2), 1e-3))
+    np.testing.assert_allclose(bounds.upper, answer + Z * 1e-3)
+    assert "did not record" in bounds.note
 
 
 def test_table_carries_the_interval_and_its_note():

@@ -11,9 +11,8 @@ typical one is covered less (57% for an unmeasured pair of correlated data).  Pe
 * **Measured by CALM** (some group reported a superset): ``answer ± 1.96 std``; the
   estimate is unbiased up to Norm-Sub, whose effect the std carries.
 * **Measured, shrunk** (calm-pgm): shrinkage moves a strong interaction's answer by a fixed
-  amount, and no prior tells which query it hits; the interval is the unshrunk pooled
-  estimate ± 1.96 of its std (:func:`pooled_estimate`, unbiased), stretched to hold the
-  answer.
+  amount, and no prior tells which query it hits; the interval is the unshrunk estimate
+  (:func:`linear_synopsis`) ± 1.96 of its std, which need not hold the answer.
 * **Reconstructed** (no group reported the whole query): the reports have the same
   distribution for every population with the same measured tables, so they cannot tell
   the query's unmeasured interactions.  No interval can then cover this query 90-97%
@@ -41,10 +40,10 @@ from typing import Any
 
 import numpy as np
 
-from .stderr import GroupInfo, _cell_variance, analytic_std, covering_groups, groups_of
+from .stderr import GroupInfo, analytic_std, covering_groups, groups_of
 
-__all__ = ["RANGE_CELLS", "Z95", "Interval", "interval", "measured_range", "pooled_estimate",
-           "with_uncertainty"]
+__all__ = ["RANGE_CELLS", "Z95", "Interval", "interval", "linear_synopsis", "measured_range",
+           "pooled_estimate", "with_uncertainty"]
 
 #: The two-sided 95% normal quantile.
 Z95 = 1.959964
@@ -68,55 +67,40 @@ def _sizes(synopsis: Any) -> dict[str, int]:
     return dict(zip(synopsis.domain.attributes, synopsis.domain.sizes, strict=True))
 
 
-def _project(attrs: Sequence[str], table: np.ndarray, onto: Sequence[str]) -> np.ndarray:
-    """Marginal of ``table`` (axes ``attrs``) on ``onto`` (axes in that order)."""
-    drop = tuple(i for i, a in enumerate(attrs) if a not in onto)
-    summed = table.sum(axis=drop) if drop else table
-    kept = [a for a in attrs if a in onto]
-    return np.transpose(summed, [kept.index(a) for a in onto])
+def linear_synopsis(synopsis: Any) -> Any | None:
+    """The unbiased counterpart of a synopsis, from its groups' recorded raw estimates
+    (``info["groups"][i]["estimate"]``, :func:`~dpmarginals.synopsis.stderr.collection_info`):
+    one consistency pass (CALM §4.4), no Norm-Sub, no shrinkage, so its answers to measured
+    queries are unbiased and :func:`~dpmarginals.synopsis.stderr.analytic_std` is their std.
+    None when the synopsis did not record the estimates."""
+    from ..inference.views import NoisyView
+    from ..oracles import make_oracle
+    from .base import consistent_synopsis
 
-
-def _recorded(synopsis: Any) -> list[tuple[GroupInfo, np.ndarray]] | None:
-    """Each group's recorded unbiased estimate (``info["groups"][i]["estimate"]``), or None
-    when the synopsis did not record them."""
-    raw = (getattr(synopsis, "info", None) or {}).get("groups") or []
+    info = getattr(synopsis, "info", None) or {}
+    raw = info.get("groups") or []
     if not raw or any("estimate" not in g for g in raw):
         return None
-    domain = synopsis.domain
-    return [(g, np.asarray(r["estimate"], dtype=np.float64).reshape(
-        domain.project(g.attributes).shape)) for g, r in zip(groups_of(synopsis), raw,
-                                                                 strict=True)]
+    groups = groups_of(synopsis)
+    views = []
+    for g, r in zip(groups, raw, strict=True):
+        shape = synopsis.domain.project(g.attributes).shape
+        oracle = make_oracle(g.oracle, g.epsilon, math.prod(shape))
+        views.append(NoisyView(g.attributes, np.asarray(r["estimate"], float).reshape(shape),
+                               g.users, float(oracle.variance(g.users))))
+    return consistent_synopsis(synopsis.domain, views, "linear",
+                               {"n": info["n"], "groups": [g.to_dict() for g in groups]},
+                               max_rounds=1)
 
 
-def pooled_estimate(synopsis: Any, attrs: Sequence[str]) -> tuple[np.ndarray, np.ndarray, bool]:
-    """The unbiased estimate of the marginal on ``attrs`` pooled (inverse variance, per cell)
-    over every group that reported a superset, its per-cell std, and whether it came from
-    the groups' recorded raw estimates (True) or, for synopses that did not record them,
-    from the synopsis's own answer and analytic std (False: for calm-pgm that answer is
-    shrunk).  ``attrs`` must be inside some group."""
-    attrs = tuple(attrs)
-    answer = np.asarray(synopsis.marginal(attrs).values, dtype=np.float64)
-    recorded = _recorded(synopsis)
-    if recorded is None:
-        std = analytic_std(synopsis, attrs, answer)
-        if std is None:
-            raise ValueError(f"no group measured {list(attrs)}")
-        return answer, std, False
-    sizes = _sizes(synopsis)
-    f = np.clip(answer, 0.0, 1.0)
-    n = int(synopsis.info["n"])
-    total = np.zeros_like(f)
-    precision = np.zeros_like(f)
-    for g, est in recorded:
-        if not set(attrs) <= set(g.attributes):
-            continue
-        a = math.prod(sizes[x] for x in g.attributes if x not in attrs)
-        weight = 1.0 / _cell_variance(g, a, f, n, sizes)
-        total += weight * _project(g.attributes, est, attrs)
-        precision += weight
-    if not precision.any():
+def pooled_estimate(source: Any, attrs: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The answer of ``source`` (a :func:`linear_synopsis`, or a synopsis standing in for
+    one) to a measured query and its analytic per-cell std."""
+    values = np.asarray(source.marginal(tuple(attrs)).values, dtype=np.float64)
+    std = analytic_std(source, attrs, values)
+    if std is None:
         raise ValueError(f"no group measured {list(attrs)}")
-    return total / precision, np.sqrt(1.0 / precision), True
+    return values, std
 
 
 def _support(query: Sequence[str], groups: Sequence[GroupInfo], sizes: dict[str, int],
@@ -171,9 +155,11 @@ def measured_range(synopsis: Any, attrs: Sequence[str], *, z: float = Z95,
     attributes most measured with it, :func:`_support`): minimize or maximize the cell's
     sum of p subject to ``p >= 0``, ``sum p = 1`` and, for every set S inside U that some
     group measured (every subset of a group's part in U), ``|A_S p - m_S| <= z sd_S``
-    (:func:`pooled_estimate`).  A smaller U relaxes the program, so the range stays valid
-    (only wider).  Noisy tables can contradict each other: when no table is within ``t``
-    standard errors of all of them for ``t < z``, ``z`` becomes ``sqrt(z^2 + t^2)``.
+    (:func:`pooled_estimate` of the :func:`linear_synopsis`, or of the synopsis itself when
+    it did not record its groups' estimates).  A smaller U relaxes the program, so the
+    range stays valid (only wider).  Noisy tables can contradict each other: when the
+    least t for which some table is within t standard errors of every measured one
+    exceeds z, z becomes ``sqrt(z^2 + t^2)``.
     """
     from scipy.optimize import linprog
     from scipy.sparse import csr_matrix, hstack, vstack
@@ -186,11 +172,11 @@ def measured_range(synopsis: Any, attrs: Sequence[str], *, z: float = Z95,
     measured = {tuple(a for a in support if a in sub)
                 for g in groups for j in range(1, len(g.attributes) + 1)
                 for sub in combinations(g.attributes, j)} - {()}
+    linear = linear_synopsis(synopsis)
+    source = synopsis if linear is None else linear
     rows, centre, spread = [], [], []
-    recorded = True
     for s in sorted(measured, key=lambda t: (len(t), t)):
-        est, sd, rec = pooled_estimate(synopsis, s)
-        recorded &= rec
+        est, sd = pooled_estimate(source, s)
         rows.append(_indicator(shape, [support.index(a) for a in s]))
         centre.append(est.ravel())
         spread.append(sd.ravel())
@@ -219,7 +205,8 @@ def measured_range(synopsis: Any, attrs: Sequence[str], *, z: float = Z95,
                 out[i] = sign * res.fun
     qshape = tuple(sizes[a] for a in query)
     return MeasuredRange(np.clip(lower, 0, 1).reshape(qshape),
-                         np.clip(upper, 0, 1).reshape(qshape), support, z, recorded)
+                         np.clip(upper, 0, 1).reshape(qshape), support, z,
+                         linear is not None)
 
 
 def _shrinks(synopsis: Any) -> bool:
@@ -237,16 +224,18 @@ def interval(synopsis: Any, attrs: Sequence[str], values: np.ndarray, std: np.nd
     note = None
     together = ", ".join(attrs)
     if covering_groups(groups_of(synopsis), attrs):
-        if _shrinks(synopsis):
-            est, sd, recorded = pooled_estimate(synopsis, attrs)
-            lower = np.minimum(values, est - Z95 * sd)
-            upper = np.maximum(values, est + Z95 * sd)
+        linear = linear_synopsis(synopsis) if _shrinks(synopsis) else None
+        if linear is not None:
+            est, sd = pooled_estimate(linear, attrs)
+            lower, upper = est - Z95 * sd, est + Z95 * sd
             note = ("measured, then shrunk: the interval is the unshrunk estimate ± 1.96 of "
-                    "its std, stretched to hold the answer, since shrinkage moves a strong "
-                    "interaction's answer by a fixed amount that the std covers only on "
-                    "average over queries"
-                    + ("" if recorded else " (this synopsis did not record its groups' raw "
-                       "estimates, so the shrunk tables stand in for them)"))
+                    "its std, since shrinkage moves a strong interaction's answer by a fixed "
+                    "amount that ± 1.96 std covers only on average over queries; the answer "
+                    "may lie outside it")
+        elif _shrinks(synopsis):
+            note = ("measured, then shrunk: this synopsis did not record its groups' raw "
+                    "estimates, so the interval is ± 1.96 std, which covers 95% only on "
+                    "average over queries")
     else:
         allowed = measured_range(synopsis, attrs, max_cells=max_cells)
         lower = np.minimum(values, allowed.lower)
