@@ -109,7 +109,7 @@ def collection_info(plan: Any, views: Sequence[Any]) -> dict[str, Any]:
     """``{"groups": [...]}`` for ``info``: each group's attributes, oracle, epsilon, users
     and, when all groups hold at most :data:`RECORDED_CELLS` cells, its unbiased estimate
     (``"estimate"``, flat, in the group's attribute order): post-processing of the reports,
-    which per-query intervals of a shrunk synopsis need (:mod:`.intervals`)."""
+    from which :mod:`.intervals` builds per-query intervals."""
     groups = [GroupInfo(tuple(g.attributes), g.oracle, float(g.epsilon), int(v.users))
               for g, v in zip(plan.groups, views, strict=True)]
     out = [g.to_dict() for g in groups]
