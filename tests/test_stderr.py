@@ -65,7 +65,8 @@ def test_run_records_the_collection_and_it_survives_save(tmp_path):
     syn = CALM(epsilon=1.0, k=2).run(data, rng=1)
     groups = syn.info["groups"]
     assert len(groups) == syn.info["m"] and sum(g["users"] for g in groups) == data.n
-    assert {"attributes", "oracle", "epsilon", "users"} == set(groups[0])
+    assert {"attributes", "oracle", "epsilon", "users", "estimate"} == set(groups[0])
+    assert len(groups[0]["estimate"]) == 4  # the group's raw unbiased 2 x 2 table
     path = tmp_path / "s.json"
     syn.save(path)
     again = load_synopsis(path)
