@@ -127,6 +127,27 @@ def rate(r: dict[str, Any], key: str) -> str:
     return f"{r[key]:.1%} ±{Z * r[key + '_se']:.1%}"
 
 
+def compact(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per (data, eps, method): per kind, each query's coverage (%) by
+    ``± 1.96 std`` -> by the interval (the interval's width over ``± 1.96 std``'s)."""
+    kinds = ("measured pair", "reconstructed pair", "3-way measured", "3-way reconstructed")
+    lines = ["| data | eps | l, m | method | " + " | ".join(kinds) + " |",
+             "|---|---:|---|---|" + "---|" * len(kinds)]
+    keys = dict.fromkeys((r["dataset"], r["d"], r["epsilon"], r["method"]) for r in rows)
+    for ds, d, eps, method in keys:
+        mine = [r for r in rows if (r["dataset"], r["d"], r["epsilon"], r["method"])
+                == (ds, d, eps, method)]
+        cells = []
+        for kind in kinds:
+            got = [f"{100 * r['std']:.1f} -> **{100 * r['interval']:.1f}** "
+                   f"({r['width_ratio']:.1f}x)"
+                   for r in mine if r["kind"] == kind]
+            cells.append("; ".join(got) or "-")
+        lines.append(f"| {ds} d={d} | {eps} | {mine[0]['l']}, {mine[0]['m']} | {method} | "
+                     + " | ".join(cells) + " |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--settings", default=None,
@@ -139,7 +160,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="bootstrap replicates per method")
     parser.add_argument("--seed", type=int, default=1000, help="seed of the first collection")
     parser.add_argument("--json", default=None, help="save every number here")
+    parser.add_argument("--summary", nargs="+", default=None, metavar="JSON",
+                        help="print the compact table of saved --json files and stop")
     args = parser.parse_args(argv)
+    if args.summary:
+        rows = [r for f in args.summary for r in json.loads(Path(f).read_text())["rows"]]
+        print("\n".join(compact(rows)))
+        return 0
     args.replicates = {k: int(v) for k, v in (s.split(":") for s in args.replicates.split(","))}
     warnings.simplefilter("ignore")
     grid = GRID if args.settings is None else [
