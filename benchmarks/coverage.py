@@ -83,7 +83,7 @@ def run_setting(ds: str, d: int, eps: float, args: argparse.Namespace) -> list[d
     queries = pick_queries(data.domain, plan, args.queries, np.random.default_rng(5))
     truth = {q: data.marginal(q).values for _, q in queries}
     methods = {"calm": CALM(epsilon=eps, k=3), "calm-pgm": CALMPGM(epsilon=eps, k=3)}
-    methods = {m: methods[m] for m in args.methods.split(",")}
+    methods = {m: methods[m] for m in args.methods.split(",") if args.runs}
     hits: dict[tuple[str, tuple[str, ...]], dict[str, list[float]]] = {}
     seconds = {m: 0.0 for m in methods}
     for run in range(args.runs):
@@ -182,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="data:d:eps,... (default: gen, msnbc d=16, adult3 d=15 at eps "
                         "0.5, 1, 2); data 'gen' is the tests' generator")
     parser.add_argument("--methods", default="calm,calm-pgm")
-    parser.add_argument("--runs", type=int, default=40, help="collections per setting")
+    parser.add_argument("--runs", type=int, default=40,
+                        help="collections per setting (0: only --unshrunk-runs)")
     parser.add_argument("--queries", type=int, default=2, help="queries of each kind")
     parser.add_argument("--replicates", default="calm:100,calm-pgm:30",
                         help="bootstrap replicates per method")
