@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.errors import DPMarginalsError
 from .stderr import GroupInfo, analytic_std, covering_groups, groups_of
 
 __all__ = ["RANGE_CELLS", "Z95", "Interval", "interval", "linear_synopsis", "measured_range",
@@ -99,7 +100,7 @@ def pooled_estimate(source: Any, attrs: Sequence[str]) -> tuple[np.ndarray, np.n
     values = np.asarray(source.marginal(tuple(attrs)).values, dtype=np.float64)
     std = analytic_std(source, attrs, values)
     if std is None:
-        raise ValueError(f"no group measured {list(attrs)}")
+        raise DPMarginalsError(f"no group measured {list(attrs)} together")
     return values, std
 
 
