@@ -16,3 +16,25 @@ def correlated_binary(n: int, d: int, seed: int) -> Dataset:
         keep = rng.random(n) < 0.8
         codes[:, j] = np.where(keep, codes[:, j - 1], rng.random(n) < 0.5)
     return Dataset(codes, Domain(tuple(f"a{j}" for j in range(d)), (2,) * d))
+
+
+def random_network(n: int, sizes: tuple[int, ...] = (3, 4, 3, 2, 4, 3), *, seed: int,
+                   parents: int = 2, concentration: float = 0.3) -> Dataset:
+    """A random Bayesian network over categorical attributes ``a0, a1, ...``: attribute j
+    takes up to ``parents`` parents among the earlier ones (chosen at random), and each
+    parent configuration a conditional distribution drawn from Dirichlet(``concentration``):
+    peaked conditionals, so strong pairwise and some three-way dependence.  The planner
+    sees none of it (the network is drawn from ``seed``, the rows from ``seed + 1``)."""
+    net = np.random.default_rng(seed)
+    rows = np.random.default_rng(seed + 1)
+    d = len(sizes)
+    codes = np.empty((n, d), dtype=np.int64)
+    for j, size in enumerate(sizes):
+        pa = np.sort(net.choice(j, size=min(j, parents), replace=False)) if j else []
+        shape = [sizes[p] for p in pa]
+        cpt = net.dirichlet(np.full(size, concentration), size=int(np.prod(shape)))
+        config = np.ravel_multi_index([codes[:, p] for p in pa], shape) if j else np.zeros(
+            n, dtype=np.int64)
+        cdf = np.cumsum(cpt, axis=1)[config]
+        codes[:, j] = np.minimum((rows.random(n)[:, None] > cdf).sum(axis=1), size - 1)
+    return Dataset(codes, Domain(tuple(f"a{j}" for j in range(d)), tuple(sizes)))

@@ -168,6 +168,12 @@ def test_aim_release_end_to_end_on_the_cli(tmp_path):
     assert "[45, 65)" in proc.stdout and "high" in proc.stdout
     body = json.loads(cli("query", out, "--attributes", "income", "--format", "json").stdout)
     assert body["privacy"]["model"] == "central" and body["privacy"]["method"] == "aim"
+    # --std on a measured marginal: the measurements' std and the interval ± 1.96 std
+    body = json.loads(cli("query", out, "--attributes", "income", "--std", "--format",
+                          "json").stdout)
+    values, std = np.array(body["values"]), np.array(body["std"])
+    assert (std > 0).all()
+    assert (np.array(body["lower"]) <= values).all() and (values <= np.array(body["upper"])).all()
     proc = cli("synthesize", out, "--n", 50, "--out", tmp_path / "s.csv")
     assert proc.returncode == 0, proc.stderr
     assert set(pd.read_csv(tmp_path / "s.csv")["income"]) <= {"low", "mid", "high"}

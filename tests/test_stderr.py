@@ -65,7 +65,8 @@ def test_run_records_the_collection_and_it_survives_save(tmp_path):
     syn = CALM(epsilon=1.0, k=2).run(data, rng=1)
     groups = syn.info["groups"]
     assert len(groups) == syn.info["m"] and sum(g["users"] for g in groups) == data.n
-    assert {"attributes", "oracle", "epsilon", "users"} == set(groups[0])
+    assert {"attributes", "oracle", "epsilon", "users", "estimate"} == set(groups[0])
+    assert len(groups[0]["estimate"]) == 4  # the group's raw unbiased 2 x 2 table
     path = tmp_path / "s.json"
     syn.save(path)
     again = load_synopsis(path)
@@ -234,7 +235,10 @@ def test_query_command_prints_std(capsys, tmp_path):
     capsys.readouterr()
     assert main(["query", str(syn), "--attributes", "b,a", "--format", "csv", "--std"]) == 0
     table = pd.read_csv(io.StringIO(capsys.readouterr().out))
-    assert list(table.columns) == ["b", "a", "fraction", "std"] and (table["std"] > 0).all()
+    assert list(table.columns) == ["b", "a", "fraction", "std", "lower", "upper"]
+    assert (table["std"] > 0).all()
+    assert (table["lower"] <= table["fraction"]).all()
+    assert (table["fraction"] <= table["upper"]).all()
     assert main(["query", str(syn), "--attributes", "a,b,c", "--format", "json", "--std",
                  "--replicates", "5"]) == 0
     body = json.loads(capsys.readouterr().out)

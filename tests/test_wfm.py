@@ -260,6 +260,7 @@ def test_a_private_release_answers_with_its_closed_form_standard_errors():
     import pandas as pd
 
     from dpmarginals import release
+    from dpmarginals.synopsis.intervals import with_uncertainty
     from dpmarginals.synopsis.stderr import standard_errors
 
     data = _data(MIXED, 2000)
@@ -270,6 +271,10 @@ def test_a_private_release_answers_with_its_closed_form_standard_errors():
     std, how = standard_errors(syn, ("a", "b"), table.values)  # what `query --std` calls
     assert how == "analytic"
     np.testing.assert_array_equal(std, syn.standard_errors(["a", "b"]))
+    with_bounds = with_uncertainty(syn, table)  # `query --std`'s interval: ± 1.96 std
+    np.testing.assert_allclose(with_bounds.upper - with_bounds.lower,
+                               np.minimum(table.values + 1.959964 * std, 1)
+                               - np.maximum(table.values - 1.959964 * std, 0))
 
 
 def _pinv_error(Q: np.ndarray, gram: np.ndarray) -> float:

@@ -306,7 +306,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
     synopsis = release
     table = synopsis.marginal(attrs)
     if args.std:
-        from ..synopsis.stderr import standard_errors
+        from ..synopsis.intervals import with_uncertainty
 
         public = None
         if args.public is not None:
@@ -317,12 +317,12 @@ def _cmd_query(args: argparse.Namespace) -> int:
                 public = load(args.public, d=len(synopsis.domain))
             else:  # a CSV/Parquet file over the synopsis's domain
                 public = Dataset.from_file(args.public, synopsis.domain)
-        std, _ = standard_errors(synopsis, table.attributes, table.values,
-                                 replicates=args.replicates, public=public)
-        table = table.replace(std=std)
+        table = with_uncertainty(synopsis, table, replicates=args.replicates, public=public)
     basis = table.describe_basis()
     if args.std and table.reconstructed:
         basis = f"{basis}; the standard errors are model-based (they assume that model)"
+    if table.note:
+        basis = f"{basis}\n{table.note}" if basis else table.note
     mark = synopsis.privacy.describe()
     frame = table.to_frame()
     if args.format == "json":
@@ -331,12 +331,12 @@ def _cmd_query(args: argparse.Namespace) -> int:
             body["std_basis"] = "model-based" if table.reconstructed else "measured"
         print(json.dumps({**body, "privacy": synopsis.privacy.to_dict()}))
     elif args.format == "csv":
-        for line in (basis, mark):
+        for line in [*(basis or "").splitlines(), mark]:
             if line:
                 print(f"dpmarginals: {line}", file=sys.stderr)
         print(frame.to_csv(index=False), end="")
     else:
-        for line in (basis, mark):
+        for line in [*(basis or "").splitlines(), mark]:
             if line:
                 print(f"# {line}")
         print(frame.to_string(index=False, float_format=lambda x: f"{x:.6f}"))
@@ -658,7 +658,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--std", action="store_true",
                    help="add per-cell standard errors (analytic for a marginal inside one "
                    "collected marginal, scaled for Norm-Sub's clipping; else a parametric "
-                   "bootstrap)")
+                   "bootstrap) and a nominal 95%% interval (lower, upper) that covers this "
+                   "query, not only queries on average: for a reconstructed marginal it "
+                   "spans every value the measured tables allow, and a note says so")
     p.add_argument("--replicates", type=_positive_int, default=REPLICATES,
                    help=f"bootstrap replicates for --std (default {REPLICATES})")
     p.add_argument("--public", default=None, metavar="DATASET",

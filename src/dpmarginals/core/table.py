@@ -25,6 +25,8 @@ class MarginalTable:
     ``measured`` (set by every synopsis): the largest attribute sets of the query that some
     report measured jointly; the table is *reconstructed* (by a model, e.g. maximum
     entropy) unless one of them is the whole query.  None: not a release (exact data).
+    ``lower``/``upper`` (optional, same shape): a per-cell nominal 95% interval, and
+    ``note`` why it is not ``values ± 1.96 std`` (:mod:`dpmarginals.synopsis.intervals`).
 
     >>> t = MarginalTable(Domain(("a", "b"), (2, 2)), np.array([[0.1, 0.2], [0.3, 0.4]]))
     >>> t.project(["b"]).values
@@ -35,6 +37,9 @@ class MarginalTable:
     values: np.ndarray
     std: np.ndarray | None = field(default=None)
     measured: tuple[tuple[str, ...], ...] | None = field(default=None)
+    lower: np.ndarray | None = field(default=None)
+    upper: np.ndarray | None = field(default=None)
+    note: str | None = field(default=None)
 
     def __post_init__(self) -> None:
         vals = np.asarray(self.values, dtype=np.float64)
@@ -43,11 +48,14 @@ class MarginalTable:
                 f"table shape {vals.shape} does not match domain shape {self.domain.shape}"
             )
         object.__setattr__(self, "values", vals)
-        if self.std is not None:
-            std = np.asarray(self.std, dtype=np.float64)
-            if std.shape != vals.shape:
-                raise DPMarginalsError(f"std shape {std.shape} != table shape {vals.shape}")
-            object.__setattr__(self, "std", std)
+        for name in ("std", "lower", "upper"):
+            arr = getattr(self, name)
+            if arr is not None:
+                arr = np.asarray(arr, dtype=np.float64)
+                if arr.shape != vals.shape:
+                    raise DPMarginalsError(f"{name} shape {arr.shape} != table shape "
+                                           f"{vals.shape}")
+                object.__setattr__(self, name, arr)
 
     @property
     def attributes(self) -> tuple[str, ...]:
@@ -108,8 +116,9 @@ class MarginalTable:
             if names is not None:  # the user's own values, as the categories they came in
                 frame[a] = pd.Categorical.from_codes(grid[:, j], categories=list(names.names))
         frame[value_name] = self.values.ravel()
-        if self.std is not None:
-            frame["std"] = self.std.ravel()
+        for name in ("std", "lower", "upper"):
+            if getattr(self, name) is not None:
+                frame[name] = getattr(self, name).ravel()
         return frame
 
     def sse(self, truth: MarginalTable) -> float:
@@ -129,11 +138,14 @@ class MarginalTable:
                                                        strict=True) if lab is not None}
         if labels:
             out["labels"] = labels
-        if self.std is not None:
-            out["std"] = self.std.ravel().tolist()
+        for name in ("std", "lower", "upper"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name).ravel().tolist()
         if self.measured is not None:
             out["measured"] = [list(m) for m in self.measured]
             out["reconstructed"] = self.reconstructed
+        if self.note is not None:
+            out["note"] = self.note
         return out
 
     @classmethod
@@ -141,11 +153,12 @@ class MarginalTable:
         dom = Domain(tuple(spec["attributes"]), tuple(spec["sizes"]))
         if spec.get("labels"):
             dom = dom.with_labels(spec["labels"])
-        std = spec.get("std")
+        arrays = {name: np.asarray(spec[name]).reshape(dom.shape)
+                  for name in ("std", "lower", "upper") if spec.get(name) is not None}
         measured = spec.get("measured")
         return cls(dom, np.asarray(spec["values"]).reshape(dom.shape),
-                   None if std is None else np.asarray(std).reshape(dom.shape),
-                   None if measured is None else tuple(tuple(m) for m in measured))
+                   measured=None if measured is None else tuple(tuple(m) for m in measured),
+                   note=spec.get("note"), **arrays)
 
     @classmethod
     def uniform(cls, domain: Domain) -> MarginalTable:

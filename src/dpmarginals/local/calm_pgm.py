@@ -67,15 +67,15 @@ class PGMSynopsis(Synopsis):
     options: dict[str, Any] = field(default_factory=dict)
 
     def marginal(self, attrs: Sequence[str], *, std: bool = False) -> MarginalTable:
-        """The model's marginal; ``std=True`` attaches per-cell standard errors."""
+        """The model's marginal; ``std=True`` attaches per-cell standard errors and
+        per-query 95% intervals."""
         attrs = check_query(self.domain, attrs)
         table = self.model.marginal(attrs)
         if not std:
             return MarginalTable(self.domain.project(attrs), table)
-        from ..synopsis.stderr import standard_errors
+        from ..synopsis.intervals import with_uncertainty
 
-        errors, _ = standard_errors(self, attrs, table)
-        return MarginalTable(self.domain.project(attrs), table, errors)
+        return with_uncertainty(self, MarginalTable(self.domain.project(attrs), table))
 
     def measured_sets(self, attrs: Sequence[str]) -> tuple[tuple[str, ...], ...]:
         groups = self.info.get("groups") or []

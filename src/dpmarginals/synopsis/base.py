@@ -208,7 +208,8 @@ class ViewSynopsis(Synopsis):
 
     def marginal(self, attrs: Sequence[str], *, std: bool = False) -> MarginalTable:
         """``std=True`` also attaches per-cell standard errors (:mod:`dpmarginals.synopsis.stderr`;
-        needs ``info["groups"]``, which ``CALM.run`` records)."""
+        needs ``info["groups"]``, which ``CALM.run`` records) and per-query 95% intervals
+        (:mod:`dpmarginals.synopsis.intervals`)."""
         from ..inference.maxent import MAXENT_ITERATIONS, MAXENT_TOL, _max_entropy
 
         attrs = check_query(self.domain, attrs)
@@ -217,10 +218,9 @@ class ViewSynopsis(Synopsis):
                              max_iter=MAXENT_ITERATIONS, init=None, return_info=False)
         if not std:
             return MarginalTable(self.domain.project(attrs), table)
-        from .stderr import standard_errors
+        from .intervals import with_uncertainty
 
-        errors, _ = standard_errors(self, attrs, table)
-        return MarginalTable(self.domain.project(attrs), table, errors)
+        return with_uncertainty(self, MarginalTable(self.domain.project(attrs), table))
 
     def measured_sets(self, attrs: Sequence[str]) -> tuple[tuple[str, ...], ...]:
         return maximal_overlaps([a for a, _ in self.views], attrs)

@@ -101,11 +101,22 @@ class GroupInfo:
                 "epsilon": self.epsilon, "users": self.users}
 
 
+#: The most cells of raw group estimates a synopsis records (:func:`collection_info`).
+RECORDED_CELLS = 2**16
+
+
 def collection_info(plan: Any, views: Sequence[Any]) -> dict[str, Any]:
-    """``{"groups": [...]}`` for ``info``: each group's attributes, oracle, epsilon, users."""
+    """``{"groups": [...]}`` for ``info``: each group's attributes, oracle, epsilon, users
+    and, when all groups hold at most :data:`RECORDED_CELLS` cells, its unbiased estimate
+    (``"estimate"``, flat, in the group's attribute order): post-processing of the reports,
+    from which :mod:`.intervals` builds per-query intervals."""
     groups = [GroupInfo(tuple(g.attributes), g.oracle, float(g.epsilon), int(v.users))
               for g, v in zip(plan.groups, views, strict=True)]
-    return {"groups": [g.to_dict() for g in groups]}
+    out = [g.to_dict() for g in groups]
+    if sum(np.size(v.table) for v in views) <= RECORDED_CELLS:
+        for g, v in zip(out, views, strict=True):
+            g["estimate"] = [float(x) for x in np.ravel(v.table)]
+    return {"groups": out}
 
 
 def groups_of(synopsis: Any) -> list[GroupInfo]:
@@ -461,8 +472,8 @@ def reconstruction_variance(synopsis: Any, attrs: Sequence[str], tau: Mapping[in
 
 
 def standard_errors(synopsis: Any, attrs: Sequence[str], values: np.ndarray, *,
-                    replicates: int = REPLICATES, rng: RNGLike = None, public: Any = None
-                    ) -> tuple[np.ndarray, str]:
+                    replicates: int = REPLICATES, rng: RNGLike = None, public: Any = None,
+                    worlds: Sequence[Replicate] | None = None) -> tuple[np.ndarray, str]:
     """Per-cell standard errors of the answer ``values`` to ``attrs`` and how they were had:
     ``"analytic"`` (covered query: the analytic std, times the bootstrap's
     :func:`postprocessing_factor` where the synopsis has a linear counterpart) or
@@ -474,7 +485,9 @@ def standard_errors(synopsis: Any, attrs: Sequence[str], values: np.ndarray, *,
     :class:`~dpmarginals.core.dataset.Dataset` over the same domain whose interactions tell
     how fast they fade with the order (:func:`interaction_profile`), instead of the fixed
     :data:`INTERACTION_DECAY`.  Without ``rng`` the bootstrap is seeded from the query, so
-    asking twice gives the same answer (its randomness is post-processing, not privacy)."""
+    asking twice gives the same answer (its randomness is post-processing, not privacy).
+    ``worlds``: bootstrap worlds already drawn (``bootstrap(synopsis, linear=True)``),
+    shared by the queries of one synopsis."""
     own = getattr(synopsis, "measurement_std", None)
     if callable(own):  # AIM, MST: the noise of the measured marginals (central/contingency)
         return own(attrs), "measurement"
@@ -487,9 +500,11 @@ def standard_errors(synopsis: Any, attrs: Sequence[str], values: np.ndarray, *,
     if std is not None:
         if _refit_function(synopsis, linear=True) is None:
             return std, "analytic"
-        worlds = bootstrap(synopsis, replicates=replicates, rng=rng, linear=True)
+        if worlds is None:
+            worlds = bootstrap(synopsis, replicates=replicates, rng=rng, linear=True)
         return std * postprocessing_factor(worlds, attrs, values), "analytic"
-    worlds = bootstrap(synopsis, replicates=replicates, rng=rng)
+    if worlds is None:
+        worlds = bootstrap(synopsis, replicates=replicates, rng=rng)
     boot = np.sqrt(_mean_square_about(_answers([w.fitted for w in worlds], attrs), values))
     tau = interaction_variance(synopsis, worlds)
     profile = None
