@@ -6,10 +6,10 @@ that reveals the data's structure cheaply; from their reports alone the aggregat
 the error of candidate plans for the rest of the users and publishes the best:
 
 1. **Phase 1** (:meth:`Adaptive.plan`): ``phase1`` of the n users (default
-   :data:`PHASE1_FRACTION`) each report one attribute set of a balanced family of triples
-   (pairs when k = 2) through the oracle of least variance for its size; every attribute and
-   (as far as the users allow) every pair is measured, so phase 1 shows the 1-way marginals
-   and how strong the pair and triple interactions are.
+   :data:`PHASE1_FRACTION`) each report one attribute set: a balanced family of pairs and,
+   for workloads of 3-way or larger marginals, a quarter of the groups triples, each through
+   the oracle of least variance for its size; phase 1 shows the 1-way marginals and how
+   strong the pair and triple interactions are.
 2. **Structure** (:func:`phase_one_structure`): empirical-Bayes estimates of every measured
    interaction's energy (:func:`dpmarginals.inference.interactions.interaction_energies`);
    the mean per order extrapolates to sets and orders phase 1 did not measure.
@@ -45,7 +45,7 @@ from ..inference.interactions import interaction_energies
 from ..inference.views import NoisyView
 from ..oracles import make_oracle
 from ..planning.covering import balanced_subsets
-from ..planning.optimal import Groups, Structure, group_variance, plan_optimal
+from ..planning.optimal import MAX_QUERIES, Groups, Structure, group_variance, plan_optimal
 from ..planning.workload import Workload, coefficient_variance, parse_workload
 from ..protocol.counts import Counts
 from ..protocol.plan import GroupSpec, Plan
@@ -81,9 +81,10 @@ def calibrated_views(plan: Plan, counts: Counts) -> list[NoisyView]:
     return out
 
 
-def phase_one_structure(domain: Domain, views: Sequence[NoisyView]) -> Structure:
+def phase_one_structure(domain: Domain, views: Sequence[NoisyView], *,
+                        conservative: bool = True) -> Structure:
     """What phase 1's reports say about the data, as the planner reads it."""
-    est = interaction_energies(domain, views)
+    est = interaction_energies(domain, views, conservative=conservative)
     return Structure(domain, est.marginals, dict(est.energy), dict(est.order_energy), "phase 1")
 
 
@@ -145,6 +146,8 @@ class Adaptive:
     inference: str = "shrink"
     per_user: bool = False
     oracles: tuple[str, ...] = ("grr", "oue", "olh")
+    phase1_l: int | None = None
+    conservative: bool = True
     name: ClassVar[str] = "adaptive"
     _workloads: dict[Domain, Workload] = field(default_factory=dict, init=False, repr=False)
 
@@ -168,11 +171,7 @@ class Adaptive:
         if domain not in self._workloads:
             if self.workload is None:
                 check_k(self.k, len(domain))
-                wl = Workload.all_k(domain, self.k) if math.comb(len(domain), self.k) <= 200_000 \
-                    else None
-                if wl is None:
-                    raise DPMarginalsError(f"C({len(domain)}, {self.k}) queries are too many "
-                                           "to plan for; give a workload")
+                wl = _all_k(domain, self.k)
             elif isinstance(self.workload, Workload):
                 wl = self.workload
             else:
@@ -190,20 +189,26 @@ class Adaptive:
         d = len(domain)
         wl = self.workload_for(domain)
         n1 = self.phase_one_users(n)
-        l1 = min(d, 3 if wl.max_size >= 3 else 2)
-        fewest = math.ceil(d / l1)
-        m1 = min(math.comb(d, l1), max(fewest, n1 // PHASE1_GROUP_USERS))
+        top = min(d, max(2, wl.max_size), 3)
+        fewest = math.ceil(d / 2)
+        m1 = min(math.comb(d, 2), max(fewest, n1 // PHASE1_GROUP_USERS))
         if n1 < m1 or n - n1 < 1:
             raise DPMarginalsError(f"{n} users are too few for two phases over {d} attributes "
                                    f"(phase 1 needs at least {fewest} of them)")
-        sets = [tuple(domain.attributes[i] for i in b) for b in balanced_subsets(d, l1, m1)]
+        # pairs, and a quarter of the groups triples when the workload has 3-way queries
+        m3 = 0 if top < 3 or self.phase1_l == 2 else max(math.ceil(d / 3), m1 // 4)
+        m3 = min(m3, m1 - 1, math.comb(d, 3))
+        blocks = balanced_subsets(d, 2, m1 - m3) + (balanced_subsets(d, 3, m3) if m3 else [])
+        sets = [tuple(domain.attributes[i] for i in b) for b in blocks]
+        l1 = 3 if m3 else 2
         groups = []
         for s in sets:
             cells = domain.project(s).cells()
             oracle, _ = group_variance(self.epsilon, cells, n1 / m1, self.oracles)
             groups.append(GroupSpec(s, oracle, self.epsilon, cells))
         params = {"phase": 1, "phases": 2, "k": self.k, "users": int(n), "phase1_users": n1,
-                  "l": l1, "m": m1, "workload": wl.to_dict()}
+                  "l": l1, "m": m1,
+                  "workload": {"k": self.k} if self.workload is None else wl.to_dict()}
         return Plan(self.name, self.epsilon, domain, tuple(groups), params)
 
     # -- phase 2 ------------------------------------------------------------------------
@@ -221,7 +226,7 @@ class Adaptive:
         views = calibrated_views(plan1, counts1)
         if not views:
             raise DPMarginalsError("phase 1 has no reports yet: every group is empty")
-        structure = phase_one_structure(domain, views)
+        structure = phase_one_structure(domain, views, conservative=self.conservative)
         existing = _existing_groups(plan1, views)
         choice = plan_optimal(domain, users, self.epsilon, self.workload_for(domain), structure,
                               existing=existing, shrink=True, oracles=self.oracles)
@@ -292,6 +297,19 @@ class Adaptive:
 
             return pgm_synopsis(plans[0].domain, views, self.name, info)
         return shrunk_synopsis(plans[0].domain, views, self.name, info)
+
+
+def _all_k(domain: Domain, k: int) -> Workload:
+    """Every k-way marginal, or a fixed random sample of :data:`MAX_QUERIES` of them when
+    there are more (the planner's prediction averages over a sample anyway)."""
+    total = math.comb(len(domain), k)
+    if total <= MAX_QUERIES:
+        return Workload.all_k(domain, k)
+    gen = np.random.default_rng(20)
+    queries = {tuple(sorted(gen.choice(len(domain), k, replace=False).tolist()))
+               for _ in range(4 * MAX_QUERIES)}
+    chosen = sorted(queries)[:MAX_QUERIES] if len(queries) > MAX_QUERIES else sorted(queries)
+    return Workload(domain, tuple(tuple(domain.attributes[i] for i in q) for q in chosen), k)
 
 
 def _existing_groups(plan: Plan, views: Sequence[NoisyView]) -> Groups:

@@ -57,6 +57,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -231,6 +232,23 @@ class _Subsets:
     coefs: np.ndarray        # D_S = prod (c_a - 1)
     energy: np.ndarray       # E_S
     order: np.ndarray        # |S|
+    _inside: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
+
+    def inside(self, group: int) -> np.ndarray:
+        """Indices of the subsets a group's attribute set contains (cached)."""
+        if group not in self._inside:
+            if not hasattr(self, "_index"):
+                object.__setattr__(self, "_index", {int(m): i for i, m in
+                                                    enumerate(self.masks.tolist())})
+            index = self._index  # type: ignore[attr-defined]
+            found, sub = [], group
+            while sub:  # every non-empty submask of the group
+                i = index.get(sub)
+                if i is not None:
+                    found.append(i)
+                sub = (sub - 1) & group
+            self._inside[group] = np.array(found, dtype=np.int64)
+        return self._inside[group]
 
 
 def _workload_subsets(workload: Workload, structure: Structure,
@@ -306,13 +324,15 @@ class Groups:
 def _errors(subsets: _Subsets, groups: Groups, n: float, shrink: bool
             ) -> tuple[float, float, float]:
     """Mean (noise, sampling, reconstruction) SSE per query of ``groups``."""
+    size = len(subsets.masks)
+    precision, users = np.zeros(size), np.zeros(size)
     if len(groups.masks):
-        inside = (subsets.masks[:, None] & groups.masks[None, :]) == subsets.masks[:, None]
-        precision = subsets.cells * (inside @ (1.0 / (groups.cells * groups.variance)))
-        users = inside @ groups.users
-    else:
-        precision = np.zeros(len(subsets.masks))
-        users = np.zeros(len(subsets.masks))
+        parts = [subsets.inside(int(g)) for g in groups.masks.tolist()]
+        idx = np.concatenate(parts)
+        reps = np.array([p.size for p in parts])
+        precision = subsets.cells * np.bincount(
+            idx, np.repeat(1.0 / (groups.cells * groups.variance), reps), minlength=size)
+        users = np.bincount(idx, np.repeat(groups.users, reps), minlength=size)
     measured = precision > 0
     noise = np.where(measured, subsets.coefs / np.where(measured, precision, 1.0), 0.0)
     sampling = np.where(measured, subsets.coefs / subsets.cells
@@ -364,35 +384,35 @@ def _greedy_sets(domain: Domain, subsets: _Subsets, l: int, m: int, noise_of: Ca
     d = len(domain)
     gain = subsets.weight * (subsets.energy - subsets.energy * noise_of(subsets.coefs)
                              / np.maximum(subsets.energy + noise_of(subsets.coefs), 1e-300))
-    gain = np.where(covered, 0.0, np.maximum(gain, 0.0))
-    masks = subsets.masks
+    live = ~covered & (gain > 0) & (subsets.order <= l)
+    masks, gain = subsets.masks[live], gain[live]
     chosen: list[int] = []
     seen: set[int] = set()
     uses = np.zeros(d)
     for _ in range(m):
         block = 0
         for _ in range(l):
-            best, best_gain = -1, -1.0
-            for a in range(d):
-                bit = 1 << a
-                if block & bit:
-                    continue
-                cand = np.uint64(block | bit)
-                new = ((masks & cand) == masks) & ((masks & np.uint64(bit)) != 0)
-                g = float(gain[new].sum()) - 1e-12 * uses[a]
-                if g > best_gain:
-                    best, best_gain = a, g
-            block |= 1 << best
-        if block in seen:  # nothing left to gain: spread the rest over unused sets
+            # a subset adds to attribute a's score when a is its only attribute outside the block
+            outside = masks & np.uint64(~block & ((1 << 64) - 1))
+            single = (outside != 0) & ((outside & (outside - np.uint64(1))) == 0)
+            attr = np.log2(outside[single].astype(np.float64)).round().astype(np.int64)
+            score = np.bincount(attr, gain[single], minlength=d) - 1e-12 * uses
+            score[_members(block)] = -np.inf
+            block |= 1 << int(np.argmax(score))
+        if block in seen:  # nothing left to gain
             break
         seen.add(block)
         chosen.append(block)
-        inside = (masks & np.uint64(block)) == masks
-        gain[inside] = 0.0
+        gain = np.where((masks & np.uint64(block)) == masks, 0.0, gain)
         for a in _members(block):
             uses[a] += 1
     names = domain.attributes
     return [tuple(names[i] for i in _members(b)) for b in chosen]
+
+
+@functools.lru_cache(maxsize=256)
+def _balanced(d: int, l: int, m: int) -> tuple[tuple[int, ...], ...]:
+    return tuple(balanced_subsets(d, l, m))
 
 
 def candidate_families(
@@ -407,11 +427,13 @@ def candidate_families(
     max_cells: int = MAX_GROUP_CELLS,
     oracles: Sequence[str] = ORACLES,
     extra: Sequence[tuple[str, Sequence[Sequence[str]]]] = (),
+    subsets: _Subsets | None = None,
 ) -> list[tuple[str, list[tuple[str, ...]]]]:
     """Named families of attribute sets worth scoring (see the module docstring)."""
     d = len(domain)
     names = domain.attributes
-    subsets = _workload_subsets(workload, structure)
+    if subsets is None:
+        subsets = _workload_subsets(workload, structure)
     covered = np.zeros(len(subsets.masks), dtype=bool)
     singles = [(a,) for a in names]
     out: list[tuple[str, list[tuple[str, ...]]]] = [(name, [tuple(s) for s in sets])
@@ -437,8 +459,8 @@ def candidate_families(
                 out.append((f"greedy l={l} m={m}", greedy))
                 if l >= 2 and n / (m + d) >= MIN_GROUP_USERS:
                     out.append((f"greedy l={l} m={m} + singles", greedy + singles))
-            if l >= 2:
-                blocks = balanced_subsets(d, l, m)
+            if l >= 2 and m <= 2 * d:
+                blocks = _balanced(d, l, m)
                 out.append((f"balanced l={l} m={m}", [tuple(names[i] for i in b)
                                                       for b in blocks]))
         k = workload.k
@@ -534,7 +556,8 @@ def plan_optimal(
     best: OptimalChoice | None = None
     for name, sets in candidate_families(domain, n, epsilon, workload, structure,
                                          existing=existing, max_l=max_l,
-                                         max_cells=max_cells, oracles=oracles, extra=extra):
+                                         max_cells=max_cells, oracles=oracles, extra=extra,
+                                         subsets=subsets):
         if not sets or n / len(sets) < 1:
             continue
         groups, chosen = Groups.of(domain, sets, epsilon, n / len(sets), oracles)
