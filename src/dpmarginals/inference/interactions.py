@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy.stats import chi2
@@ -76,9 +77,10 @@ def _posterior_energy(r2: float, dims: int, v: float, grid: np.ndarray,
     return float((post * (s**2 * r2 + dims * s * v)).sum())
 
 
-def interaction_energies(domain: Domain, views: Sequence[NoisyMarginal], *,
-                         conservative: bool = True) -> InteractionEnergies:
-    """The posterior energies of every interaction the views measure (module docstring)."""
+def _residuals(domain: Domain, views: Sequence[NoisyMarginal]
+               ) -> tuple[dict[tuple[str, ...], tuple[np.ndarray, float]], Any]:
+    """Every measured set's top-block residual against the max-entropy base of its shrunk
+    facets, with its modelled noise per coefficient; and the shrinkage result."""
     shrunk = eb_shrink(domain, views)
     sizes = dict(zip(domain.attributes, domain.sizes, strict=True))
     canon = []
@@ -105,7 +107,8 @@ def interaction_energies(domain: Domain, views: Sequence[NoisyMarginal], *,
         own = shrunk.noise[sub] * (min(shrunk.factor.get(sub, 1.0), 1.0) if len(sub) > 1
                                    else 1.0)
         return own + inherited(sub)
-    blocks: dict[int, list[tuple[tuple[str, ...], np.ndarray, float]]] = {}
+
+    out: dict[tuple[str, ...], tuple[np.ndarray, float]] = {}
     for sub, noise in shrunk.noise.items():
         if len(sub) < 2:
             continue
@@ -117,8 +120,31 @@ def interaction_energies(domain: Domain, views: Sequence[NoisyMarginal], *,
                 wsum += w
         pooled = np.asarray(acc / wsum)
         resid = _top(pooled) - _top(_maxent_base(sub, shrunk.tables, sizes))
-        noise = noise + inherited(sub)
-        blocks.setdefault(len(sub), []).append((sub, resid, noise))
+        out[sub] = (resid, noise + inherited(sub))
+    return out, shrunk
+
+
+def interaction_energies(domain: Domain, views: Sequence[NoisyMarginal], *,
+                         null: Sequence[Sequence[NoisyMarginal]] = (),
+                         conservative: bool = False) -> InteractionEnergies:
+    """The posterior energies of every interaction the views measure (module docstring).
+
+    ``null``: the same collection simulated from a model without interactions (each a list
+    of views over the same attribute sets).  Each order's modelled noise is rescaled by the
+    mean ratio of the squared residuals there to the model (which calibrates it for the
+    oracles' exact output distributions, the groups' sampling and the facets' error), and
+    every order's energies are scaled down, if need be, to the moment estimate
+    ``mean(||r||^2 - noise)``.
+    """
+    measured, shrunk = _residuals(domain, views)
+    ratios: dict[int, list[float]] = {}
+    for other in null:
+        for sub, (resid, model) in _residuals(domain, other)[0].items():
+            ratios.setdefault(len(sub), []).append(float((resid**2).sum()) / (resid.size * model))
+    scale = {order: float(np.mean(r)) for order, r in ratios.items()}
+    blocks: dict[int, list[tuple[tuple[str, ...], np.ndarray, float]]] = {}
+    for sub, (resid, noise) in measured.items():
+        blocks.setdefault(len(sub), []).append((sub, resid, noise * scale.get(len(sub), 1.0)))
     energy: dict[frozenset[str], float] = {}
     order_energy: dict[int, float] = {}
     for order, items in sorted(blocks.items()):
@@ -127,15 +153,15 @@ def interaction_energies(domain: Domain, views: Sequence[NoisyMarginal], *,
         grid, weights, _ = _fit_mixture(resid, noise)
         values = np.array([_posterior_energy(float((r**2).sum()), r.size, v, grid, weights)
                            for r, v in zip(resid, noise, strict=True)])
-        if conservative and len(items) > 1:
+        if (conservative or null) and len(items) > 1:
             dims = np.array([r.size for r in resid], dtype=np.float64)
             excess = np.array([float((r**2).sum()) for r in resid]) - dims * noise
-            lower = max(float(excess.mean() - excess.std(ddof=1) / math.sqrt(excess.size)), 0.0)
-            if values.mean() > lower:
-                values = values * (lower / values.mean())
+            spread = excess.std(ddof=1) / math.sqrt(excess.size) if conservative else 0.0
+            target = max(float(excess.mean() - spread), 0.0)
+            if values.mean() > target:
+                values = values * (target / values.mean())
             # a block that noise alone would exceed with probability 5% / (blocks) is real
-            sq = excess + dims * noise
-            seen = sq > chi2.isf(DETECTION / len(items), dims) * noise
+            seen = excess + dims * noise > chi2.isf(DETECTION / len(items), dims) * noise
             values = np.where(seen, np.maximum(values, excess), values)
         for (sub, _, _), e in zip(items, values, strict=True):
             energy[frozenset(sub)] = float(e)

@@ -29,6 +29,7 @@ full epsilon, so the whole collection is epsilon-LDP for every user.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from collections.abc import Sequence
@@ -51,6 +52,7 @@ from ..protocol.counts import Counts
 from ..protocol.plan import GroupSpec, Plan
 from ..synopsis.base import Synopsis, consistent_synopsis
 from ..synopsis.stderr import collection_info
+from .calm import CALM
 from .collect import estimate_views, group_supports
 
 __all__ = ["Adaptive", "Phase", "calibrated_views", "phase_one_structure", "shrunk_synopsis"]
@@ -61,6 +63,14 @@ PHASE1_FRACTION = 0.25
 #: users do not suffice for one group per pair).
 PHASE1_GROUP_USERS = 256
 INFERENCE = ("shrink", "pgm")
+#: Plans the analytic prediction shortlists for phase 2 (CALM's own plan is added), whose
+#: errors are then compared by simulation on phase 1's release.
+SHORTLIST = 3
+#: Workload queries each simulated comparison answers.
+SIMULATED_QUERIES = 24
+#: Simulations of phase 1 without interactions that calibrate its noise.
+NULL_REPEATS = 3
+
 
 
 def calibrated_views(plan: Plan, counts: Counts) -> list[NoisyView]:
@@ -82,9 +92,12 @@ def calibrated_views(plan: Plan, counts: Counts) -> list[NoisyView]:
 
 
 def phase_one_structure(domain: Domain, views: Sequence[NoisyView], *,
-                        conservative: bool = True) -> Structure:
-    """What phase 1's reports say about the data, as the planner reads it."""
-    est = interaction_energies(domain, views, conservative=conservative)
+                        null: Sequence[Sequence[NoisyView]] = (),
+                        conservative: bool = False) -> Structure:
+    """What phase 1's reports say about the data, as the planner reads it (``null``: phase
+    1 simulated without interactions, to calibrate the noise; see
+    :func:`~dpmarginals.inference.interactions.interaction_energies`)."""
+    est = interaction_energies(domain, views, null=null, conservative=conservative)
     return Structure(domain, est.marginals, dict(est.energy), dict(est.order_energy), "phase 1")
 
 
@@ -146,8 +159,7 @@ class Adaptive:
     inference: str = "shrink"
     per_user: bool = False
     oracles: tuple[str, ...] = ("grr", "oue", "olh")
-    phase1_l: int | None = None
-    conservative: bool = True
+    conservative: bool = False
     name: ClassVar[str] = "adaptive"
     _workloads: dict[Domain, Workload] = field(default_factory=dict, init=False, repr=False)
 
@@ -196,7 +208,7 @@ class Adaptive:
             raise DPMarginalsError(f"{n} users are too few for two phases over {d} attributes "
                                    f"(phase 1 needs at least {fewest} of them)")
         # pairs, and a quarter of the groups triples when the workload has 3-way queries
-        m3 = 0 if top < 3 or self.phase1_l == 2 else max(math.ceil(d / 3), m1 // 4)
+        m3 = 0 if top < 3 else max(math.ceil(d / 3), m1 // 4)
         m3 = min(m3, m1 - 1, math.comb(d, 3))
         blocks = balanced_subsets(d, 2, m1 - m3) + (balanced_subsets(d, 3, m3) if m3 else [])
         sets = [tuple(domain.attributes[i] for i in b) for b in blocks]
@@ -226,13 +238,81 @@ class Adaptive:
         views = calibrated_views(plan1, counts1)
         if not views:
             raise DPMarginalsError("phase 1 has no reports yet: every group is empty")
-        structure = phase_one_structure(domain, views, conservative=self.conservative)
+        gen = np.random.default_rng(_seed(plan1, counts1))
+        null = [_null_views(plan1, counts1, views, gen) for _ in range(NULL_REPEATS)]
+        structure = phase_one_structure(domain, views, null=null,
+                                        conservative=self.conservative)
         existing = _existing_groups(plan1, views)
-        choice = plan_optimal(domain, users, self.epsilon, self.workload_for(domain), structure,
-                              existing=existing, shrink=True, oracles=self.oracles)
+        workload = self.workload_for(domain)
+        calm = CALM(epsilon=self.epsilon, k=min(self.k, len(domain))).plan(domain, users)
+        choice = plan_optimal(domain, users, self.epsilon, workload, structure,
+                              existing=existing, shrink=True, oracles=self.oracles,
+                              top=len(domain) ** 4, extra=[("calm", [g.attributes
+                                                                     for g in calm.groups])])
+        ranked = [choice, *choice.runners_up]
+        shortlist = ranked[:SHORTLIST]
+        shortlist += [c for c in ranked[SHORTLIST:] if c.family == "calm"]
+        scores = self._simulated(plan1, views, shortlist, users, workload,
+                                 int(gen.integers(2**63 - 1)))
+        best = int(np.argmin(scores))
         params = {"phase": 2, "phases": 2, "k": self.k, "phase1_hash": plan1.hash,
-                  "phase1_users": counts1.n, "users": int(users)}
-        return choice.plan(domain, self.epsilon, self.name, params)
+                  "phase1_users": counts1.n, "users": int(users),
+                  "simulated_sse": float(scores[best]),
+                  "shortlist": {c.family: round(float(v), 8)
+                                for c, v in zip(shortlist, scores, strict=True)}}
+        return shortlist[best].plan(domain, self.epsilon, self.name, params)
+
+    def _simulated(self, plan1: Plan, views: Sequence[NoisyView], shortlist: Sequence[Any],
+                   users: int, workload: Workload, seed: int) -> list[float]:
+        """Each shortlisted plan's error, simulated on phase 1's own release as the truth.
+
+        Both phases' groups are drawn from the surrogate (multinomial counts, then the
+        oracles' exact support distribution), released by this method's inference and
+        compared with the surrogate on a sample of workload queries; the same inference on
+        the surrogate's exact marginals gives the surrogate's own reconstruction error, which
+        is replaced by the analytic one (the surrogate knows only the interactions phase 1
+        measured).  Noise after Norm-Sub and shrinkage, which the analytic prediction
+        cannot see, is what this adds.
+        """
+        domain = plan1.domain
+        gen = np.random.default_rng(seed)
+        surrogate = self.release_views(domain, views)
+        queries = list(workload.queries)
+        if len(queries) > SIMULATED_QUERIES:
+            queries = [queries[i] for i in sorted(gen.choice(len(queries), SIMULATED_QUERIES,
+                                                             replace=False))]
+        truth = {q: surrogate.marginal(list(q)).values for q in queries}
+        marginals: dict[tuple[str, ...], np.ndarray] = {}
+
+        def table(attrs: tuple[str, ...]) -> np.ndarray:
+            if attrs not in marginals:
+                p = np.clip(surrogate.marginal(list(attrs)).values.ravel(), 0.0, None)
+                marginals[attrs] = p / p.sum()
+            return marginals[attrs]
+
+        first = [(v.attributes, _oracle_of(plan1, v.attributes), v.users) for v in views]
+        scores = []
+        for choice in shortlist:
+            m = len(choice.sets)
+            sizes = [users // m + (i < users % m) for i in range(m)]
+            groups = first + list(zip(choice.sets, choice.oracles, sizes, strict=True))
+            noisy, exact = [], []
+            for attrs, oracle_name, n_g in groups:
+                p = table(tuple(attrs))
+                oracle = make_oracle(oracle_name, self.epsilon, p.size)
+                counts = gen.multinomial(n_g, p)
+                est = np.asarray(oracle.estimate(oracle.sample_support(counts, rng=gen), n_g))
+                shape = domain.project(attrs).shape
+                var = coefficient_variance(oracle, n_g)
+                noisy.append(NoisyView(tuple(attrs), est.reshape(shape), n_g, var))
+                exact.append(NoisyView(tuple(attrs), p.reshape(shape), n_g, 1e-12))
+            errors = []
+            for simulated in (noisy, exact):
+                synopsis = self.release_views(domain, simulated)
+                errors.append(np.mean([((synopsis.marginal(list(q)).values - t) ** 2).sum()
+                                       for q, t in truth.items()]))
+            scores.append(float(errors[0] - errors[1] + choice.reconstruction))
+        return scores
 
     # -- simulation ---------------------------------------------------------------------
     def collect(self, data: Dataset, *, rng: RNGLike = None) -> list[Phase]:
@@ -292,11 +372,17 @@ class Adaptive:
             **{key: last.params[key] for key in ("family", "predicted_sse", "noise_error",
                                                  "sampling_error", "reconstruction_error")
                if key in last.params}}
+        return self.release_views(plans[0].domain, views, info)
+
+    def release_views(self, domain: Domain, views: Sequence[NoisyView],
+                      info: dict[str, Any] | None = None) -> Synopsis:
+        """This method's inference on unbiased views (both phases', or cleaner ones: the
+        error split of :mod:`dpmarginals.local.error_sources`)."""
         if self.inference == "pgm":
             from .calm_pgm import pgm_synopsis
 
-            return pgm_synopsis(plans[0].domain, views, self.name, info)
-        return shrunk_synopsis(plans[0].domain, views, self.name, info)
+            return pgm_synopsis(domain, views, self.name, dict(info or {}))
+        return shrunk_synopsis(domain, views, self.name, dict(info or {}))
 
 
 def _all_k(domain: Domain, k: int) -> Workload:
@@ -310,6 +396,42 @@ def _all_k(domain: Domain, k: int) -> Workload:
                for _ in range(4 * MAX_QUERIES)}
     chosen = sorted(queries)[:MAX_QUERIES] if len(queries) > MAX_QUERIES else sorted(queries)
     return Workload(domain, tuple(tuple(domain.attributes[i] for i in q) for q in chosen), k)
+
+
+def _seed(plan: Plan, counts: Counts) -> int:
+    """A seed that is a function of phase 1's plan and counts (so phase 2's plan is too)."""
+    digest = hashlib.sha256(plan.hash.encode())
+    for support in counts.supports:
+        digest.update(np.asarray(support, dtype="<i8").tobytes())
+    digest.update(np.asarray(counts.users, dtype="<i8").tobytes())
+    return int.from_bytes(digest.digest()[:8], "little")
+
+
+def _null_views(plan: Plan, counts: Counts, views: Sequence[NoisyView],
+                gen: np.random.Generator) -> list[NoisyView]:
+    """Phase 1 again, simulated from the product of its pooled 1-way marginals: the same
+    groups, users and oracles, no interaction."""
+    from ..inference.pgm import eb_shrink
+
+    singles = eb_shrink(plan.domain, views).tables
+    out = []
+    for spec, users in zip(plan.groups, counts.users, strict=True):
+        if users <= 0:
+            continue
+        p = np.ones(1)
+        for a in spec.attributes:
+            p = np.multiply.outer(p, np.clip(singles[(a,)], 1e-12, None))
+        p = (p / p.sum()).ravel()
+        oracle = make_oracle(spec.oracle, spec.epsilon, spec.cells)
+        support = oracle.sample_support(gen.multinomial(int(users), p), rng=gen)
+        est = np.asarray(oracle.estimate(support, int(users)), dtype=np.float64)
+        out.append(NoisyView(spec.attributes, est.reshape(plan.domain.project(
+            spec.attributes).shape), int(users), coefficient_variance(oracle, int(users))))
+    return out
+
+
+def _oracle_of(plan: Plan, attrs: Sequence[str]) -> str:
+    return next(g.oracle for g in plan.groups if tuple(g.attributes) == tuple(attrs))
 
 
 def _existing_groups(plan: Plan, views: Sequence[NoisyView]) -> Groups:

@@ -87,9 +87,13 @@ __all__ = [
 ORACLES = ("grr", "oue", "olh")
 #: Queries of a large workload the prediction averages over (a fixed random sample).
 MAX_QUERIES = 400
+#: (query, subset) pairs the prediction visits at most: k-way queries have 2^k - 1 subsets.
+SUBSET_BUDGET = 20_000
 #: Interaction orders whose energies a :class:`Structure` computes set by set; higher ones are
 #: extrapolated per order.
 EXACT_ORDERS = 3
+#: Largest marginal size a candidate group reports.
+MAX_L = 6
 #: Fewest users a candidate plan may give one group.
 MIN_GROUP_USERS = 32
 #: The grid of group counts, as multiples of ceil(d / l) (the fewest l-sets that hold every
@@ -255,6 +259,8 @@ def _workload_subsets(workload: Workload, structure: Structure,
                       max_queries: int = MAX_QUERIES) -> _Subsets:
     dom = workload.domain
     queries = list(workload.queries)
+    # about SUBSET_BUDGET (query, subset) pairs: fewer queries of larger marginals
+    max_queries = max(50, min(max_queries, SUBSET_BUDGET >> workload.max_size))
     if len(queries) > max_queries:
         gen = np.random.default_rng(0)
         queries = [queries[i] for i in sorted(gen.choice(len(queries), max_queries,
@@ -438,7 +444,7 @@ def candidate_families(
     singles = [(a,) for a in names]
     out: list[tuple[str, list[tuple[str, ...]]]] = [(name, [tuple(s) for s in sets])
                                                      for name, sets in extra]
-    top_l = min(d, max_l or d, max(workload.max_size, 1) + 1)
+    top_l = min(d, max_l or d, max(workload.max_size, 1) + 1, MAX_L)
     for l in range(1, top_l + 1):
         cells = math.prod(sorted(domain.sizes)[-l:])
         if cells > max_cells:
@@ -495,6 +501,7 @@ class OptimalChoice:
     reconstruction: float
     source: str
     candidates: tuple[dict[str, Any], ...] = field(default=(), repr=False)
+    runners_up: tuple[OptimalChoice, ...] = field(default=(), repr=False)
 
     @property
     def total(self) -> float:
@@ -538,13 +545,15 @@ def plan_optimal(
     max_cells: int = MAX_GROUP_CELLS,
     oracles: Sequence[str] = ORACLES,
     extra: Sequence[tuple[str, Sequence[Sequence[str]]]] = (),
+    top: int = 1,
 ) -> OptimalChoice:
     """The candidate plan for ``n`` users with the least predicted workload SSE.
 
     ``existing``: groups that already reported (a first phase), pooled into every candidate's
     prediction.  ``shrink``: predict for empirical-Bayes shrinkage (the ``pgm`` inference and
     the adaptive method's); False predicts for CALM's unshrunk consistency.  ``extra``: more
-    named candidate families (e.g. CALM's own plan).
+    named candidate families (e.g. CALM's own plan).  ``top``: also keep the next ``top - 1``
+    candidates (``runners_up``), for a finer comparison.
     """
     n = check_positive_int(n, "n")
     epsilon = check_epsilon(epsilon)
@@ -553,7 +562,7 @@ def plan_optimal(
     subsets = _workload_subsets(workload, structure)
     prior_users = 0.0 if existing is None else float(existing.users.sum())
     rows = []
-    best: OptimalChoice | None = None
+    scored: list[OptimalChoice] = []
     for name, sets in candidate_families(domain, n, epsilon, workload, structure,
                                          existing=existing, max_l=max_l,
                                          max_cells=max_cells, oracles=oracles, extra=extra,
@@ -566,11 +575,13 @@ def plan_optimal(
         rows.append({"family": name, "l": max(len(s) for s in sets), "m": len(sets),
                      "predicted_sse": ne + se + re, "noise_error": ne, "sampling_error": se,
                      "reconstruction_error": re})
-        if best is None or ne + se + re < best.total:
-            best = OptimalChoice(name, tuple(sets), tuple(chosen), ne, se, re, structure.source)
-    if best is None:
+        scored.append(OptimalChoice(name, tuple(sets), tuple(chosen), ne, se, re,
+                                    structure.source))
+    if not scored:
         raise DPMarginalsError(f"no candidate plan fits {n} users (each group needs at least "
                                f"{MIN_GROUP_USERS})")
     rows.sort(key=lambda r: r["predicted_sse"])
+    scored.sort(key=lambda c: c.total)
+    best = scored[0]
     return OptimalChoice(best.family, best.sets, best.oracles, best.noise, best.sampling,
-                         best.reconstruction, best.source, tuple(rows))
+                         best.reconstruction, best.source, tuple(rows), tuple(scored[1:top]))
