@@ -124,6 +124,7 @@ def test_predicted_error_never_rises_with_n():
     assert large < small
 
 
+@pytest.mark.slow
 def test_adaptive_beats_calm_on_correlated_data_with_the_same_users():
     """Seeded: 4 repeats of 40,000 users, all 15 pairs of 6 attributes, eps = 1.  The
     adaptive method measures the three strong pairs with many users; CALM spreads the users
@@ -207,3 +208,37 @@ def test_two_phase_campaign_through_the_service(tmp_path):
         assert err.value.code == 422 and b"not phase 1" in err.value.read()
     finally:
         server.stop()
+
+
+# -- the command line -------------------------------------------------------------------------
+def _cli(capsys, *argv: str) -> tuple[int, str, str]:
+    from dpmarginals.cli.commands import main
+
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_plan_optimal_from_a_prior_and_its_errors(capsys, tmp_path):
+    code, out, _ = _cli(capsys, "plan", "--optimal", "--n", "65536", "--d", "8", "--k", "3",
+                        "--epsilon", "1", "--prior", "2=1e-5,3=1e-6", "--json")
+    assert code == 0
+    body = json.loads(out)
+    assert body["l"] == 1 and body["structure"] == "prior"  # weak pairs: 1-way marginals
+    code, out, _ = _cli(capsys, "plan", "--optimal", "--n", "65536", "--d", "8", "--k", "3",
+                        "--epsilon", "1", "--prior", "2=0.02,3=0.005", "--out",
+                        str(tmp_path / "plan.json"))
+    assert code == 0 and "noise" in out
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert max(len(g["attributes"]) for g in plan["groups"]) >= 2
+    code, _, err = _cli(capsys, "plan", "--optimal", "--n", "100", "--d", "8", "--k", "3",
+                        "--epsilon", "1")
+    assert code == 2 and "--public DATASET" in err and len(err.splitlines()) == 1
+    code, _, err = _cli(capsys, "plan", "--optimal", "--n", "100", "--d", "8", "--k", "3",
+                        "--epsilon", "1", "--prior", "two=1")
+    assert code == 2 and "ORDER=ENERGY" in err
+
+
+def test_experiment_population_option_applies_to_calm_fig4_only(capsys):
+    code, _, err = _cli(capsys, "experiment", "calm-fig5", "--population", "full")
+    assert code == 2 and "calm-fig4 only" in err

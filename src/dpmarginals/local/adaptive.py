@@ -63,11 +63,6 @@ PHASE1_FRACTION = 0.25
 #: users do not suffice for one group per pair).
 PHASE1_GROUP_USERS = 256
 INFERENCE = ("shrink", "pgm")
-#: Plans the analytic prediction shortlists for phase 2 (CALM's own plan is added), whose
-#: errors are then compared by simulation on phase 1's release.
-SHORTLIST = 3
-#: Workload queries each simulated comparison answers.
-SIMULATED_QUERIES = 24
 #: Simulations of phase 1 without interactions that calibrate its noise.
 NULL_REPEATS = 3
 
@@ -247,72 +242,10 @@ class Adaptive:
         calm = CALM(epsilon=self.epsilon, k=min(self.k, len(domain))).plan(domain, users)
         choice = plan_optimal(domain, users, self.epsilon, workload, structure,
                               existing=existing, shrink=True, oracles=self.oracles,
-                              top=len(domain) ** 4, extra=[("calm", [g.attributes
-                                                                     for g in calm.groups])])
-        ranked = [choice, *choice.runners_up]
-        shortlist = ranked[:SHORTLIST]
-        shortlist += [c for c in ranked[SHORTLIST:] if c.family == "calm"]
-        scores = self._simulated(plan1, views, shortlist, users, workload,
-                                 int(gen.integers(2**63 - 1)))
-        best = int(np.argmin(scores))
+                              extra=[("calm", [g.attributes for g in calm.groups])])
         params = {"phase": 2, "phases": 2, "k": self.k, "phase1_hash": plan1.hash,
-                  "phase1_users": counts1.n, "users": int(users),
-                  "simulated_sse": float(scores[best]),
-                  "shortlist": {c.family: round(float(v), 8)
-                                for c, v in zip(shortlist, scores, strict=True)}}
-        return shortlist[best].plan(domain, self.epsilon, self.name, params)
-
-    def _simulated(self, plan1: Plan, views: Sequence[NoisyView], shortlist: Sequence[Any],
-                   users: int, workload: Workload, seed: int) -> list[float]:
-        """Each shortlisted plan's error, simulated on phase 1's own release as the truth.
-
-        Both phases' groups are drawn from the surrogate (multinomial counts, then the
-        oracles' exact support distribution), released by this method's inference and
-        compared with the surrogate on a sample of workload queries; the same inference on
-        the surrogate's exact marginals gives the surrogate's own reconstruction error, which
-        is replaced by the analytic one (the surrogate knows only the interactions phase 1
-        measured).  Noise after Norm-Sub and shrinkage, which the analytic prediction
-        cannot see, is what this adds.
-        """
-        domain = plan1.domain
-        gen = np.random.default_rng(seed)
-        surrogate = self.release_views(domain, views)
-        queries = list(workload.queries)
-        if len(queries) > SIMULATED_QUERIES:
-            queries = [queries[i] for i in sorted(gen.choice(len(queries), SIMULATED_QUERIES,
-                                                             replace=False))]
-        truth = {q: surrogate.marginal(list(q)).values for q in queries}
-        marginals: dict[tuple[str, ...], np.ndarray] = {}
-
-        def table(attrs: tuple[str, ...]) -> np.ndarray:
-            if attrs not in marginals:
-                p = np.clip(surrogate.marginal(list(attrs)).values.ravel(), 0.0, None)
-                marginals[attrs] = p / p.sum()
-            return marginals[attrs]
-
-        first = [(v.attributes, _oracle_of(plan1, v.attributes), v.users) for v in views]
-        scores = []
-        for choice in shortlist:
-            m = len(choice.sets)
-            sizes = [users // m + (i < users % m) for i in range(m)]
-            groups = first + list(zip(choice.sets, choice.oracles, sizes, strict=True))
-            noisy, exact = [], []
-            for attrs, oracle_name, n_g in groups:
-                p = table(tuple(attrs))
-                oracle = make_oracle(oracle_name, self.epsilon, p.size)
-                counts = gen.multinomial(n_g, p)
-                est = np.asarray(oracle.estimate(oracle.sample_support(counts, rng=gen), n_g))
-                shape = domain.project(attrs).shape
-                var = coefficient_variance(oracle, n_g)
-                noisy.append(NoisyView(tuple(attrs), est.reshape(shape), n_g, var))
-                exact.append(NoisyView(tuple(attrs), p.reshape(shape), n_g, 1e-12))
-            errors = []
-            for simulated in (noisy, exact):
-                synopsis = self.release_views(domain, simulated)
-                errors.append(np.mean([((synopsis.marginal(list(q)).values - t) ** 2).sum()
-                                       for q, t in truth.items()]))
-            scores.append(float(errors[0] - errors[1] + choice.reconstruction))
-        return scores
+                  "phase1_users": counts1.n, "users": int(users)}
+        return choice.plan(domain, self.epsilon, self.name, params)
 
     # -- simulation ---------------------------------------------------------------------
     def collect(self, data: Dataset, *, rng: RNGLike = None) -> list[Phase]:
@@ -428,10 +361,6 @@ def _null_views(plan: Plan, counts: Counts, views: Sequence[NoisyView],
         out.append(NoisyView(spec.attributes, est.reshape(plan.domain.project(
             spec.attributes).shape), int(users), coefficient_variance(oracle, int(users))))
     return out
-
-
-def _oracle_of(plan: Plan, attrs: Sequence[str]) -> str:
-    return next(g.oracle for g in plan.groups if tuple(g.attributes) == tuple(attrs))
 
 
 def _existing_groups(plan: Plan, views: Sequence[NoisyView]) -> Groups:

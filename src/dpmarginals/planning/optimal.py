@@ -501,7 +501,6 @@ class OptimalChoice:
     reconstruction: float
     source: str
     candidates: tuple[dict[str, Any], ...] = field(default=(), repr=False)
-    runners_up: tuple[OptimalChoice, ...] = field(default=(), repr=False)
 
     @property
     def total(self) -> float:
@@ -545,15 +544,13 @@ def plan_optimal(
     max_cells: int = MAX_GROUP_CELLS,
     oracles: Sequence[str] = ORACLES,
     extra: Sequence[tuple[str, Sequence[Sequence[str]]]] = (),
-    top: int = 1,
 ) -> OptimalChoice:
     """The candidate plan for ``n`` users with the least predicted workload SSE.
 
     ``existing``: groups that already reported (a first phase), pooled into every candidate's
     prediction.  ``shrink``: predict for empirical-Bayes shrinkage (the ``pgm`` inference and
     the adaptive method's); False predicts for CALM's unshrunk consistency.  ``extra``: more
-    named candidate families (e.g. CALM's own plan).  ``top``: also keep the next ``top - 1``
-    candidates (``runners_up``), for a finer comparison.
+    named candidate families (e.g. CALM's own plan).
     """
     n = check_positive_int(n, "n")
     epsilon = check_epsilon(epsilon)
@@ -581,7 +578,6 @@ def plan_optimal(
         raise DPMarginalsError(f"no candidate plan fits {n} users (each group needs at least "
                                f"{MIN_GROUP_USERS})")
     rows.sort(key=lambda r: r["predicted_sse"])
-    scored.sort(key=lambda c: c.total)
-    best = scored[0]
+    best = min(scored, key=lambda c: c.total)
     return OptimalChoice(best.family, best.sets, best.oracles, best.noise, best.sampling,
-                         best.reconstruction, best.source, tuple(rows), tuple(scored[1:top]))
+                         best.reconstruction, best.source, tuple(rows))
