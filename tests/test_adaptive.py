@@ -198,8 +198,10 @@ def test_two_phase_campaign_through_the_service(tmp_path):
         answer = server.released("survey.phase2", data.n - n1, "x0,x1")  # phase 2's own
         assert answer["values"] == pytest.approx(local.marginal(["x0", "x1"]).values.ravel()
                                                  .tolist(), abs=1e-9)
+        # and it is an estimate of the truth: each cell's standard error is at most ~0.05 here
+        # (groups of ~300 users at eps 1), so a total variation distance of 0.2 is > 3 sd
         truth = data.marginal(["x0", "x1"]).values.ravel()
-        assert np.abs(np.array(answer["values"]) - truth).sum() < 0.1
+        assert 0.5 * np.abs(np.array(answer["values"]) - truth).sum() < 0.2
         request = urllib.request.Request(server.url + "/campaigns/survey.phase2/phase2",
                                          method="POST", data=b"{}",
                                          headers={"Authorization": f"Bearer {TOKEN}"})

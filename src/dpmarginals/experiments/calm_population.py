@@ -30,7 +30,7 @@ from .calm_figures import DATA_LABEL, EPS_CALM, FIG4_PANELS, MAX_D, panel_title
 from .common import base_dataset, evaluate_synopsis, not_run, query_set, truths
 from .plots import Panel, curve_grid
 from .runner import Experiment, seed_for
-from .summaries import fmt
+from .summaries import Check, checks_markdown, fmt
 
 __all__ = ["POPULATION_EXPERIMENTS", "full_population"]
 
@@ -128,9 +128,23 @@ def _summary(frame: pd.DataFrame, quick: bool) -> str:
         return "No setting ran.\n"
     means = ok.pivot_table(index=["dataset", "panel", "epsilon"], columns="method",
                            values="sse", aggfunc="mean").reindex(columns=list(METHODS))
+    paper = Check("CALM planned at the panel's n, ~1M users reporting, is within 30% of the "
+                  "paper's 0.0055", "CALM §5.2, Fig. 4b (d = 16, k = 3, eps = 0.2)")
+    replanned = Check("Algorithm 1 re-planned for all the users is no better than its plan "
+                      "for the panel's n", "the calm-fig4-gap note (m = theta n grows with n)")
+    adaptive = Check("the adaptive method's error is at most CALM's (planned at the panel's n)",
+                     "issue #20.2: error-optimal planning does not get worse with n")
+    for (ds, panel, eps), row in means.iterrows():
+        where = f"{ds} {panel.split(')')[0]}) eps={eps:g}"
+        if "d=16, k=3" in panel and eps == 0.2:
+            paper.add(abs(row["calm@panel-n"] / 0.0055 - 1) <= 0.3,
+                      f"{where} ({fmt(row['calm@panel-n'])})")
+        replanned.add(row["calm@full-n"] >= row["calm@panel-n"], where)
+        adaptive.add(row["adaptive"] <= row["calm@panel-n"], where)
     plans = ok.groupby(["dataset", "panel", "epsilon", "method"])[["l", "m"]].first()
     users = ok.groupby("dataset")["users"].first()
-    lines = ["Every user of the data set reports (" + ", ".join(
+    lines = [checks_markdown([paper, replanned, adaptive]),
+             "Every user of the data set reports (" + ", ".join(
         f"{ds}: {int(u):,}" for ds, u in users.items()) + "); mean SSE of random k-way "
         "queries, the same users and queries for the three methods.  The paper's Fig. 4b "
         "states CALM 0.0055 at eps = 0.2 (d = 16, k = 3).", "",
