@@ -11,7 +11,8 @@ the error of candidate plans for the rest of the users and publishes the best:
    the oracle of least variance for its size; phase 1 shows the 1-way marginals and how
    strong the pair and triple interactions are.
 2. **Structure** (:func:`phase_one_structure`): empirical-Bayes estimates of every measured
-   interaction's energy (:func:`dpmarginals.inference.interactions.interaction_energies`);
+   interaction's energy (:func:`dpmarginals.inference.interactions.interaction_energies`),
+   their noise calibrated on :data:`NULL_REPEATS` simulations of phase 1 without interactions;
    the mean per order extrapolates to sets and orders phase 1 did not measure.
 3. **Phase 2** (:meth:`Adaptive.phase_two`): :func:`dpmarginals.planning.optimal.plan_optimal`
    for the remaining users, with phase 1's groups pooled into every candidate's prediction:
@@ -65,7 +66,6 @@ PHASE1_GROUP_USERS = 256
 INFERENCE = ("shrink", "pgm")
 #: Simulations of phase 1 without interactions that calibrate its noise.
 NULL_REPEATS = 3
-
 
 
 def calibrated_views(plan: Plan, counts: Counts) -> list[NoisyView]:
@@ -139,12 +139,18 @@ class Adaptive:
     ``{"k": K}`` (default: every k-way marginal).  ``inference``: "shrink" (default, numpy)
     or "pgm" (graphical model, the optional ``pgm`` extra).  ``per_user=True`` randomizes
     every user's record (the client path) instead of sampling the aggregate counts.
+    ``oracles``: those a group may use (each takes the one of least variance for its size).
+    ``conservative=True`` takes an interaction as strong only when phase 1 shows it (the
+    energies' lower one-standard-error bound; better at eps = 0.2, worse at eps >= 0.8 in our
+    measurements, so off by default).
 
     >>> from dpmarginals.core.domain import Domain
     >>> plan = Adaptive(epsilon=1.0, k=3).plan(Domain.from_dict({f"x{i}": 2 for i in range(8)}),
     ...                                        2**14)
-    >>> plan.params["phase"], plan.params["phase1_users"], plan.m, plan.groups[0].attributes
-    (1, 4096, 16, ('x0', 'x1', 'x2'))
+    >>> plan.params["phase"], plan.params["phase1_users"], plan.m
+    (1, 4096, 16)
+    >>> sorted({len(g.attributes) for g in plan.groups})   # pairs, and four triples
+    [2, 3]
     """
 
     epsilon: float
@@ -234,7 +240,8 @@ class Adaptive:
         if not views:
             raise DPMarginalsError("phase 1 has no reports yet: every group is empty")
         gen = np.random.default_rng(_seed(plan1, counts1))
-        null = [_null_views(plan1, counts1, views, gen) for _ in range(NULL_REPEATS)]
+        singles = _pooled_singles(domain, views)
+        null = [_null_views(plan1, counts1, singles, gen) for _ in range(NULL_REPEATS)]
         structure = phase_one_structure(domain, views, null=null,
                                         conservative=self.conservative)
         existing = _existing_groups(plan1, views)
@@ -279,6 +286,7 @@ class Adaptive:
         """The synopsis of one or both phases' reports, pooled.
 
         ``plan``/``counts``: phase 1's (a release before phase 2), or the list of both.
+        ``n`` is ignored (the counts say how many users reported; CALM's signature).
         """
         plans = [plan] if isinstance(plan, Plan) else list(plan)
         all_counts = [counts] if isinstance(counts, Counts) else list(counts)
@@ -340,20 +348,29 @@ def _seed(plan: Plan, counts: Counts) -> int:
     return int.from_bytes(digest.digest()[:8], "little")
 
 
-def _null_views(plan: Plan, counts: Counts, views: Sequence[NoisyView],
+def _pooled_singles(domain: Domain, views: Sequence[NoisyView]) -> dict[str, np.ndarray]:
+    """Every attribute's pooled 1-way marginal (clipped to be a distribution)."""
+    from ..inference.pgm import eb_shrink
+
+    tables = eb_shrink(domain, views).tables
+    out = {}
+    for a in domain.attributes:
+        p = np.clip(tables[(a,)], 1e-12, None)
+        out[a] = p / p.sum()
+    return out
+
+
+def _null_views(plan: Plan, counts: Counts, singles: dict[str, np.ndarray],
                 gen: np.random.Generator) -> list[NoisyView]:
     """Phase 1 again, simulated from the product of its pooled 1-way marginals: the same
     groups, users and oracles, no interaction."""
-    from ..inference.pgm import eb_shrink
-
-    singles = eb_shrink(plan.domain, views).tables
     out = []
     for spec, users in zip(plan.groups, counts.users, strict=True):
         if users <= 0:
             continue
         p = np.ones(1)
         for a in spec.attributes:
-            p = np.multiply.outer(p, np.clip(singles[(a,)], 1e-12, None))
+            p = np.multiply.outer(p, singles[a])
         p = (p / p.sum()).ravel()
         oracle = make_oracle(spec.oracle, spec.epsilon, spec.cells)
         support = oracle.sample_support(gen.multinomial(int(users), p), rng=gen)
