@@ -373,7 +373,8 @@ def _null_views(plan: Plan, counts: Counts, singles: dict[str, np.ndarray],
             p = np.multiply.outer(p, singles[a])
         p = (p / p.sum()).ravel()
         oracle = make_oracle(spec.oracle, spec.epsilon, spec.cells)
-        support = oracle.sample_support(gen.multinomial(int(users), p), rng=gen)
+        cells = gen.choice(p.size, size=int(users), p=p)  # simulated users, one report each
+        support = oracle.support(oracle.perturb(cells, rng=gen))
         est = np.asarray(oracle.estimate(support, int(users)), dtype=np.float64)
         out.append(NoisyView(spec.attributes, est.reshape(plan.domain.project(
             spec.attributes).shape), int(users), coefficient_variance(oracle, int(users))))

@@ -123,16 +123,22 @@ def make_release(campaign: Campaign, counts: Counts, number: int = 1,
             note = "every group with reports was flagged: released without exclusion"
         else:
             try:
-                synopsis = synopsis_from_counts(plan, kept, earlier=earlier or ())
+                synopsis = _synopsis(plan, kept, earlier)
             except DPMarginalsError as exc:
                 note = f"the flagged groups could not be left out ({exc}); released with them"
         if synopsis is None:
             excluded = []
     if synopsis is None:
-        synopsis = synopsis_from_counts(plan, counts, earlier=earlier or ())
+        synopsis = _synopsis(plan, counts, earlier)
     release = Release(number, n, synopsis, flags=flags, excluded=excluded, note=note)
     release.seconds = time.perf_counter() - start
     return release
+
+
+def _synopsis(plan: Any, counts: Counts, earlier: list[tuple[Any, Counts]] | None) -> Any:
+    if earlier:  # a two-phase campaign's phase 2: both phases pooled
+        return synopsis_from_counts(plan, counts, earlier=earlier)
+    return synopsis_from_counts(plan, counts)
 
 
 def marginal_answer(campaign: Campaign, release: Release, attrs: tuple[str, ...],
