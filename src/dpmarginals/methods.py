@@ -20,6 +20,7 @@ from .core.dataset import Dataset
 from .core.domain import Domain
 from .core.errors import DPMarginalsError
 from .core.randomness import RNGLike
+from .local.adaptive import Adaptive
 from .local.calm import CALM
 from .local.calm_pgm import CALMPGM
 from .local.cormode import BASELINES
@@ -57,6 +58,7 @@ class Uniform:
 _REGISTRY: dict[str, Callable[..., Any]] = {
     "calm": CALM,
     "calm_pgm": CALMPGM,  # issue #9: CALM's reports, graphical-model inference ('pgm' extra)
+    "adaptive": Adaptive,  # issue #20: two phases, the second planned from the first's reports
     "uni": Uniform,
     # Issue #4: FC, AM, FT, EM, BE, PriView and the Cormode et al. family (InpRR, InpPS,
     # InpHT, MargRR, MargPS, MargHT, InpEM, InpOLH, InpHTCMS); see dpmarginals.local.cormode.

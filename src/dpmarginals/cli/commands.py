@@ -61,6 +61,8 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
 def _cmd_plan(args: argparse.Namespace) -> int:
     from ..planning.error_model import choose_marginals
 
+    if args.optimal:
+        return _cmd_plan_optimal(args)
     if args.workload is not None:
         return _cmd_plan_workload(args)
     if args.out is not None:
@@ -155,6 +157,78 @@ def _cmd_plan_workload(args: argparse.Namespace) -> int:
     for row in choice.candidates[1:6]:
         print(f"    l={row['l']} m={row['m']} {row['oracle'].upper()}: "
               f"{row['predicted_sse']:.3g}")
+    return 0
+
+
+def _parse_prior(text: str) -> dict[int, float]:
+    """``"2=1e-4,3=1e-5"``: the mean interaction energy of each order."""
+    out = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        order, _, value = part.partition("=")
+        try:
+            out[int(order)] = float(value)
+        except ValueError:
+            raise DPMarginalsError(f"--prior must be ORDER=ENERGY pairs like 2=1e-4,3=1e-5, "
+                                   f"got {part!r}") from None
+    return out
+
+
+def _cmd_plan_optimal(args: argparse.Namespace) -> int:
+    """Issue #20: error-optimal planning at any n (noise + sampling + reconstruction)."""
+    from ..core.domain import Domain
+    from ..planning.optimal import Structure, plan_optimal
+    from ..planning.workload import Workload, load_workload
+
+    public = None
+    if args.public is not None:
+        ns = argparse.Namespace(dataset=args.public, domain=args.domain, d=args.d, n=None,
+                                seed=0)
+        public = _load_data(ns)
+    if args.domain is not None:
+        domain = Domain.load(args.domain)
+    elif public is not None:
+        domain = public.domain
+    elif args.d is not None:
+        domain = Domain.from_dict({str(i): args.values_per_attribute or 2
+                                   for i in range(args.d)})
+    else:
+        raise DPMarginalsError("plan --optimal needs the attributes: --domain FILE, --public "
+                               "DATASET or --d D")
+    if args.d is not None and args.d != len(domain):
+        domain = domain.project(domain.attributes[: args.d])
+    if args.workload is not None:
+        workload = load_workload(args.workload, domain)
+    elif args.k is not None:
+        workload = Workload.all_k(domain, args.k)
+    else:
+        raise DPMarginalsError("plan --optimal needs --k K or --workload FILE")
+    if public is not None:
+        structure = Structure.from_data(public.project(domain.attributes))
+    elif args.prior is not None:
+        structure = Structure.prior(domain, _parse_prior(args.prior))
+    else:
+        raise DPMarginalsError("plan --optimal needs what is known about the data: --public "
+                               "DATASET (a public or synthetic sample) or --prior 2=E2,3=E3 "
+                               "(mean interaction energy per order); with no knowledge at all, "
+                               "`--method adaptive` learns it from a first phase of reports")
+    choice = plan_optimal(domain, args.n, args.epsilon, workload, structure, shrink=False)
+    if args.out is not None:
+        _save_plan(choice.plan(domain, args.epsilon, params={"k": workload.max_size}),
+                   args.out)
+    if args.json:
+        print(json.dumps({**choice.to_dict(), "queries": len(workload.queries),
+                          "candidates": list(choice.candidates[:10])}))
+        return 0
+    print(f"Error-optimal plan for n={args.n}, d={len(domain)}, epsilon={args.epsilon}: "
+          f"{len(workload.queries)} queries of up to {workload.max_size} attributes "
+          f"(structure: {structure.source})")
+    print(f"  {choice.family}: {choice.m} groups of up to {choice.l} attributes, oracles "
+          f"{', '.join(sorted(set(choice.oracles))).upper()}")
+    print(f"  predicted SSE per query = {choice.total:.3g}: noise {choice.noise:.3g}, "
+          f"sampling {choice.sampling:.3g}, reconstruction {choice.reconstruction:.3g}")
+    print("  next best:")
+    for row in choice.candidates[1:6]:
+        print(f"    {row['family']}: {row['predicted_sse']:.3g}")
     return 0
 
 
@@ -577,7 +651,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the campaign's plan (for `campaign create --plan` or an "
                    "offline `client --plan`); needs --domain (and --k, or --workload)")
     p.add_argument("--method", default="calm",
-                   help="with --out: the method that builds the plan (default calm)")
+                   help="with --out: the method that builds the plan (default calm; adaptive: "
+                   "phase 1 of a two-phase collection, see `campaign phase2`)")
+    p.add_argument("--optimal", action="store_true",
+                   help="error-optimal planning at any n: the plan of least predicted noise + "
+                   "sampling + reconstruction error, with --public DATASET or --prior")
+    p.add_argument("--prior", default=None, metavar="2=E2,3=E3",
+                   help="with --optimal: the mean interaction energy of each order (squared "
+                   "distance of a marginal from the max-entropy table of its sub-marginals)")
     p.add_argument("--oracle", default=None,
                    help="with --out: CALM's oracle choice (default adaptive)")
     p.add_argument("--json", action="store_true", help="print one JSON object")

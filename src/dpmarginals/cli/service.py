@@ -364,6 +364,18 @@ def _cmd_campaign_close(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_campaign_phase2(args: argparse.Namespace) -> int:
+    from ..protocol.client import ServiceClient
+
+    with ServiceClient(args.server, args.id, token=_token(args)) as client:
+        out = client.open_phase_two(args.users)
+    verb = "opened" if out.get("created") else "found existing"
+    print(f"closed phase 1 ({args.id!r}); {verb} phase 2 as campaign {out['id']!r}: "
+          f"{out['groups']} groups, plan hash {out['plan_hash']}, predicted SSE per query "
+          f"{out.get('predicted_sse', float('nan')):.3g}")
+    return 0
+
+
 def _add_token_file(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--token-file", default=None, metavar="FILE",
                         help=f"file holding the {what} (default ${TOKEN_ENV})")
@@ -516,6 +528,16 @@ def register(subparsers: Any) -> None:
     a.add_argument("--id", required=True, help="campaign id")
     _add_token_file(a, "admin token")
     a.set_defaults(func=_cmd_campaign_close)
+
+    a = actions.add_parser("phase2", help="adaptive campaigns: close phase 1 and open phase 2 "
+                           "(ID.phase2), planned from phase 1's reports")
+    a.add_argument("--server", required=True, help="the aggregator's URL")
+    a.add_argument("--id", required=True, help="the phase-1 campaign's id")
+    a.add_argument("--users", type=int, default=None,
+                   help="users who will report in phase 2 (default: the plan's n less phase "
+                   "1's reports)")
+    _add_token_file(a, "admin token")
+    a.set_defaults(func=_cmd_campaign_phase2)
 
     a = actions.add_parser("export", help="download a snapshot of the stored reports (admin)")
     a.add_argument("--server", required=True, help="the aggregator's URL")

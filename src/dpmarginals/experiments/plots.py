@@ -35,7 +35,8 @@ _FIXED = {  # the same look for a method in every figure
     "marg_ht": ("#8c564b", "P"), "inp_em": ("#e377c2", "X"), "inp_olh": ("#17becf", "*"),
     "inp_htcms": ("#bcbd22", "h"), "priview": ("#393b79", "*"), "nonoise": ("#000000", "_"),
     "majority": ("#7f7f7f", "|"), "calm-pgm": ("#2ca02c", "s"), "aim": ("#17becf", "D"),
-    "mst": ("#e377c2", "^"),
+    "mst": ("#e377c2", "^"), "adaptive": ("#1f77b4", "D"),
+    "calm@panel-n": ("#d62728", "o"), "calm@full-n": ("#ff7f0e", "v"),
 }
 
 

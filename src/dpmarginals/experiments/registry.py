@@ -11,8 +11,10 @@ True
 from __future__ import annotations
 
 from ..core.errors import DPMarginalsError
+from .adaptive import ADAPTIVE_EXPERIMENTS
 from .beyond_calm import BEYOND_CALM_EXPERIMENTS
 from .calm_figures import CALM_EXPERIMENTS
+from .calm_population import POPULATION_EXPERIMENTS
 from .central_tables import CENTRAL_TABLES_EXPERIMENTS
 from .cormode_figures import CORMODE_EXPERIMENTS
 from .runner import Experiment
@@ -22,7 +24,9 @@ __all__ = ["EXPERIMENTS", "describe", "get", "names"]
 EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [*CALM_EXPERIMENTS,
                                                           *CORMODE_EXPERIMENTS,
                                                           *BEYOND_CALM_EXPERIMENTS,
-                                                          *CENTRAL_TABLES_EXPERIMENTS]}
+                                                          *CENTRAL_TABLES_EXPERIMENTS,
+                                                          *ADAPTIVE_EXPERIMENTS,
+                                                          *POPULATION_EXPERIMENTS]}
 
 
 def names() -> list[str]:

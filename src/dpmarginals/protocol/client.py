@@ -783,7 +783,19 @@ class ServiceClient:
         """Close the campaign: no more assignments or reports (admin token)."""
         return self.request("POST", self._path("/close"), admin=True)[1]
 
+    def phase_two(self) -> ServiceClient:
+        """A client of this (adaptive, phase-1) campaign's phase 2, ``{campaign}.phase2``,
+        with the same server, token and timeouts."""
+        return ServiceClient(self.server, self.campaign + ".phase2", token=self.token,
+                             timeout=self.timeout, retries=self.retries)
+
     # -- admin ---------------------------------------------------------------------------
+    def open_phase_two(self, users: int | None = None) -> dict[str, Any]:
+        """Close this adaptive campaign's phase 1 and open phase 2, planned by the service
+        from phase 1's reports (admin token); ``users``: how many will report in phase 2."""
+        body = {} if users is None else {"users": int(users)}
+        return self.request("POST", self._path("/phase2"), body, admin=True)[1]
+
     def create_campaign(self, plan: Plan, settings: Mapping[str, Any] | None = None
                         ) -> dict[str, Any]:
         """Create this campaign from ``plan`` and optional ``settings`` (admin token)."""

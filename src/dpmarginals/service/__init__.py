@@ -39,6 +39,7 @@ def answer_domain(plan: Plan) -> Domain:
 def synopsis_from_counts(
     plan: Plan, counts: Counts | Sequence[np.ndarray],
     users: Sequence[int] | np.ndarray | None = None, *, max_rounds: int = 1000,
+    earlier: Sequence[tuple[Plan, Counts]] = (),
 ) -> Synopsis:
     """Report counts -> the plan's method's own release (``method.release(plan, counts)``).
 
@@ -47,8 +48,9 @@ def synopsis_from_counts(
     InpHT, MargHT, InpHTCMS report through :mod:`~dpmarginals.protocol.formats`): CALM
     drops groups without reports (their marginals are then answered by maximum entropy
     from the others), the methods that answer from their own views (FC, AM, ...) need
-    every group.  The synopsis is
-    marked private, made on the clients' devices.
+    every group.  ``earlier``: the (plan, counts) of a multi-phase collection's earlier
+    phases, pooled into the release (:mod:`.phases`).  The synopsis is marked private, made
+    on the clients' devices.
     """
     from ..core.provenance import Provenance
     from ..methods import for_plan
@@ -58,7 +60,12 @@ def synopsis_from_counts(
     counts.check(support_sizes(plan))
     if counts.n == 0:
         raise DPMarginalsError("no reports yet: every group is empty")
-    synopsis = for_plan(plan, max_rounds=max_rounds).release(plan, counts)
+    method = for_plan(plan, max_rounds=max_rounds)
+    if earlier:
+        synopsis = method.release([p for p, _ in earlier] + [plan],
+                                  [c for _, c in earlier] + [counts])
+    else:
+        synopsis = method.release(plan, counts)
     synopsis.info.setdefault("n", counts.n)
     synopsis.info.setdefault("groups_reporting", int((counts.users > 0).sum()))
     synopsis.provenance = Provenance(

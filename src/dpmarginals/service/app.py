@@ -26,6 +26,8 @@ GET      /health                                       liveness and the store's 
 POST     /campaigns                          admin     create ``{"id", "plan", "settings"}``
 GET      /campaigns                          analyst   the campaigns (without: public ones)
 POST     /campaigns/{id}/close               admin     no more assignments or reports
+POST     /campaigns/{id}/phase2              admin     close an adaptive campaign's phase 1,
+                                                       open ``{id}.phase2`` (:mod:`.phases`)
 GET      /campaigns/{id}/plan                          the public plan (with its hash)
 GET      /campaigns/{id}/assignment                    a group and its single-use ticket
                                                        (``?count=`` for many)
@@ -71,6 +73,7 @@ from . import answer_domain
 from .admission import PlanRejected, admit_plan, check_structure
 from .errors import ServiceError, add_error_handlers, responses
 from .limits import BodyReader, RateLimiter, source_of
+from .phases import is_phase_one, phase_two_name, phase_two_plan
 from .releases import Release, Releases, marginal_answer
 from .settings import CampaignSettings
 from .store import Campaign, Store, open_store
@@ -171,8 +174,12 @@ class Aggregator:
         """The campaign, if it still takes assignments and reports (else 410)."""
         found = self.campaign(name)
         if self.store.is_closed(found):
+            later = (phase_two_name(name) if is_phase_one(found.plan)
+                     and self.store.campaign(phase_two_name(name)) is not None else None)
             raise ServiceError(410, "campaign_closed", f"campaign {name!r} is closed"
-                               + (" (expired)" if found.settings.expired() else ""))
+                               + (" (expired)" if found.settings.expired() else "")
+                               + (f"; its phase 2 collects as campaign {later!r}" if later
+                                  else ""))
         return found
 
     # -- tokens ---------------------------------------------------------------------------
@@ -483,6 +490,56 @@ def _add_campaign_endpoints(app: Any, fa: Any, agg: Aggregator, guards: Any) -> 
         found = agg.campaign(campaign)
         the_store.close_campaign(found)
         return {"id": campaign, "state": "closed"}
+
+    @app.post("/campaigns/{campaign}/phase2", tags=["admin"], status_code=201,
+              dependencies=guards.admin,
+              summary="Close phase 1 of an adaptive campaign; open phase 2, planned from its "
+                      "reports, as campaign {campaign}.phase2",
+              responses={200: {"description": "phase 2 existed with this plan"},
+                         **responses(400, 401, 404, 409, 413, 422, 503)})
+    async def open_phase_two(campaign: CampaignId, request: Request) -> JSONResponse:
+        async with agg.bodies.read(request) as raw:
+            body = _parse_json(raw) if bytes(raw).strip() else {}
+        if not isinstance(body, dict) or not set(body) <= {"users", "settings"}:
+            raise ServiceError(422, "invalid_request", 'the body must be empty or {"users": N, '
+                               '"settings": {...}} (both optional)')
+        users = body.get("users")
+        if users is not None and (isinstance(users, bool) or not isinstance(users, int)
+                                  or users < 1):
+            raise ServiceError(422, "invalid_request", f"users must be an integer >= 1, got "
+                               f"{users!r}")
+        found = agg.campaign(campaign)
+        if not is_phase_one(found.plan):
+            raise ServiceError(422, "not_phase_one", f"campaign {campaign!r} is not phase 1 of "
+                               "an adaptive collection (its plan's method is "
+                               f"{found.plan.method!r})")
+        name = phase_two_name(campaign)
+        if not re.fullmatch(CAMPAIGN_PATTERN, name):
+            raise ServiceError(422, "invalid_request", f"phase 2's id {name!r} would be longer "
+                               "than 64 characters")
+        try:
+            settings = (found.settings if body.get("settings") is None
+                        else CampaignSettings.from_dict(body["settings"]))
+        except DPMarginalsError as exc:
+            raise ServiceError(422, "invalid_settings", str(exc)) from None
+        await run_in_threadpool(the_store.close_campaign, found)
+        counts = await run_in_threadpool(the_store.counts, found)
+        try:
+            plan = await run_in_threadpool(phase_two_plan, found.plan, counts, campaign, users)
+            plan = admit_plan(plan.to_dict())
+            second, created = await run_in_threadpool(the_store.create_campaign, name, plan,
+                                                      settings)
+        except PlanRejected as exc:
+            raise ServiceError(422, "invalid_plan", str(exc)) from None
+        except DPMarginalsError as exc:
+            code = 409 if "exists with another plan" in str(exc) else 422
+            raise ServiceError(code, "campaign_exists" if code == 409 else "no_phase_two",
+                               str(exc)) from None
+        return JSONResponse({"id": second.name, "phase1": campaign, "plan_hash": plan.hash,
+                             "groups": plan.m, "created": created,
+                             "predicted_sse": plan.params.get("predicted_sse"),
+                             "settings": second.settings.to_dict()},
+                            status_code=201 if created else 200)
 
 
 def _add_client_endpoints(app: Any, fa: Any, agg: Aggregator, guards: Any) -> None:

@@ -36,6 +36,7 @@ from ..core.errors import DPMarginalsError
 from ..core.table import MarginalTable
 from ..protocol.counts import Counts
 from . import answer_domain, synopsis_from_counts
+from .phases import earlier_phases
 from .poisoning import Flag, check_counts
 from .store import Campaign, Store
 
@@ -101,8 +102,10 @@ def _without(counts: Counts, groups: list[int]) -> Counts:
     return Counts(supports, users)
 
 
-def make_release(campaign: Campaign, counts: Counts, number: int = 1) -> Release:
-    """The release of ``counts`` under the campaign's plan and settings (see the module)."""
+def make_release(campaign: Campaign, counts: Counts, number: int = 1,
+                 earlier: list[tuple[Any, Counts]] | None = None) -> Release:
+    """The release of ``counts`` under the campaign's plan and settings (see the module);
+    ``earlier``: the earlier phases' (plan, counts) of a two-phase campaign, pooled."""
     start = time.perf_counter()
     settings, plan = campaign.settings, campaign.plan
     n = counts.n
@@ -120,16 +123,22 @@ def make_release(campaign: Campaign, counts: Counts, number: int = 1) -> Release
             note = "every group with reports was flagged: released without exclusion"
         else:
             try:
-                synopsis = synopsis_from_counts(plan, kept)
+                synopsis = _synopsis(plan, kept, earlier)
             except DPMarginalsError as exc:
                 note = f"the flagged groups could not be left out ({exc}); released with them"
         if synopsis is None:
             excluded = []
     if synopsis is None:
-        synopsis = synopsis_from_counts(plan, counts)
+        synopsis = _synopsis(plan, counts, earlier)
     release = Release(number, n, synopsis, flags=flags, excluded=excluded, note=note)
     release.seconds = time.perf_counter() - start
     return release
+
+
+def _synopsis(plan: Any, counts: Counts, earlier: list[tuple[Any, Counts]] | None) -> Any:
+    if earlier:  # a two-phase campaign's phase 2: both phases pooled
+        return synopsis_from_counts(plan, counts, earlier=earlier)
+    return synopsis_from_counts(plan, counts)
 
 
 def marginal_answer(campaign: Campaign, release: Release, attrs: tuple[str, ...],
@@ -158,7 +167,8 @@ def _precompute(campaign: Campaign, release: Release) -> None:
 
 
 def _detached(plan: dict[str, Any], settings: dict[str, Any], counts: Counts,
-              name: str, number: int) -> tuple[Any, ...]:
+              name: str, number: int, earlier: list[tuple[dict[str, Any], Counts]] | None = None
+              ) -> tuple[Any, ...]:
     """:func:`make_release` and the precomputed answers, in a worker process: everything
     goes in and out as picklable values."""
     from ..protocol.plan import Plan
@@ -168,7 +178,8 @@ def _detached(plan: dict[str, Any], settings: dict[str, Any], counts: Counts,
     the_plan = Plan.from_dict(plan)
     campaign = Campaign(0, name, the_plan, PlanCodec(the_plan),
                         CampaignSettings.from_dict(settings))
-    release = make_release(campaign, counts, number)
+    phases = [(Plan.from_dict(p), c) for p, c in earlier or ()]
+    release = make_release(campaign, counts, number, phases)
     if release.synopsis is not None:
         _precompute(campaign, release)
     return (release.reports, release.synopsis, release.withheld, release.flags,
@@ -321,15 +332,17 @@ class Releases:
             return
         try:
             counts = self.store.counts(campaign)
+            earlier = earlier_phases(self.store, campaign.plan)
             number = 1 if state.release is None else state.release.number + 1
             release = None
             if self._pool is not None:
                 with contextlib.suppress(Exception):  # (e.g. a synopsis that cannot be
                     release = _attached(self._pool.submit(  # pickled: in this thread)
                         _detached, campaign.plan.to_dict(), campaign.settings.to_dict(),
-                        counts, campaign.name, number).result(), number)
+                        counts, campaign.name, number,
+                        [(p.to_dict(), c) for p, c in earlier]).result(), number)
             if release is None:
-                release = make_release(campaign, counts, number)
+                release = make_release(campaign, counts, number, earlier)
                 if release.synopsis is not None:
                     _precompute(campaign, release)
             error = None

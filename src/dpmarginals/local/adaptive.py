@@ -1,0 +1,396 @@
+"""``adaptive``: two-phase collection, the second phase planned from the first one's reports.
+
+CALM plans once, before any report, with a fixed threshold theta standing in for everything
+it does not know about the data.  Here a fraction of the users report first, through a plan
+that reveals the data's structure cheaply; from their reports alone the aggregator predicts
+the error of candidate plans for the rest of the users and publishes the best:
+
+1. **Phase 1** (:meth:`Adaptive.plan`): ``phase1`` of the n users (default
+   :data:`PHASE1_FRACTION`) each report one attribute set: a balanced family of pairs and,
+   for workloads of 3-way or larger marginals, a quarter of the groups triples, each through
+   the oracle of least variance for its size; phase 1 shows the 1-way marginals and how
+   strong the pair and triple interactions are.
+2. **Structure** (:func:`phase_one_structure`): empirical-Bayes estimates of every measured
+   interaction's energy (:func:`dpmarginals.inference.energies.interaction_energies`),
+   their noise calibrated on :data:`NULL_REPEATS` simulations of phase 1 without interactions;
+   the mean per order extrapolates to sets and orders phase 1 did not measure.
+3. **Phase 2** (:meth:`Adaptive.phase_two`): :func:`dpmarginals.planning.optimal.plan_optimal`
+   for the remaining users, with phase 1's groups pooled into every candidate's prediction:
+   which attribute sets, how many groups (their sizes: a set may repeat), which oracle, to
+   minimise the workload's predicted noise + sampling + reconstruction error.
+4. **Inference** pools both phases' views (their variances the oracles' exact coefficient
+   variances): empirical-Bayes shrinkage of every measured interaction
+   (:func:`dpmarginals.inference.pgm.eb_shrink`), then CALM's consistency + Norm-Sub and
+   maximum entropy (``inference="shrink"``, numpy only), or the graphical model
+   (``inference="pgm"``, the optional extra).
+
+Phase 2 is post-processing of phase 1's private reports and every user reports once, at the
+full epsilon, so the whole collection is epsilon-LDP for every user.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..core.dataset import Dataset
+from ..core.domain import Domain
+from ..core.errors import DPMarginalsError, check_choice, check_epsilon, check_k
+from ..core.randomness import RNGLike, simulation_rng
+from ..inference.energies import interaction_energies
+from ..inference.views import NoisyView
+from ..oracles import make_oracle
+from ..planning.covering import balanced_subsets
+from ..planning.optimal import MAX_QUERIES, Groups, Structure, group_variance, plan_optimal
+from ..planning.workload import Workload, coefficient_variance, parse_workload
+from ..protocol.counts import Counts
+from ..protocol.plan import GroupSpec, Plan
+from ..synopsis.base import Synopsis, consistent_synopsis
+from ..synopsis.stderr import collection_info
+from .calm import CALM
+from .collect import estimate_views, group_supports
+
+__all__ = ["Adaptive", "Phase", "calibrated_views", "phase_one_structure", "shrunk_synopsis"]
+
+#: Share of the users who report in phase 1 unless told otherwise.
+PHASE1_FRACTION = 0.25
+#: Users per phase-1 group the default aims at (fewer groups, each better measured, when the
+#: users do not suffice for one group per pair).
+PHASE1_GROUP_USERS = 256
+INFERENCE = ("shrink", "pgm")
+#: Simulations of phase 1 without interactions that calibrate its noise.
+NULL_REPEATS = 3
+
+
+def calibrated_views(plan: Plan, counts: Counts) -> list[NoisyView]:
+    """The groups' unbiased views, each with its oracle's exact coefficient variance.
+
+    :func:`~dpmarginals.local.collect.estimate_views` gives CALM's f -> 0 per-cell variance,
+    up to 1.6x too small for GRR at few cells; shrinkage judges interactions against the
+    noise, so it needs the exact one (:func:`~dpmarginals.planning.workload.coefficient_variance`).
+    """
+    views = estimate_views(plan, counts)
+    out = []
+    for spec, view in zip(plan.groups, views, strict=True):
+        if view.users <= 0:
+            continue
+        var = coefficient_variance(make_oracle(spec.oracle, spec.epsilon, spec.cells),
+                                   view.users)
+        out.append(NoisyView(view.attributes, view.table, view.users, var))
+    return out
+
+
+def phase_one_structure(domain: Domain, views: Sequence[NoisyView], *,
+                        null: Sequence[Sequence[NoisyView]] = (),
+                        conservative: bool = False) -> Structure:
+    """What phase 1's reports say about the data, as the planner reads it (``null``: phase
+    1 simulated without interactions, to calibrate the noise; see
+    :func:`~dpmarginals.inference.energies.interaction_energies`)."""
+    est = interaction_energies(domain, views, null=null, conservative=conservative)
+    return Structure(domain, est.marginals, dict(est.energy), dict(est.order_energy), "phase 1")
+
+
+def shrunk_synopsis(domain: Domain, views: Sequence[NoisyView], method: str,
+                    info: dict[str, Any]) -> Synopsis:
+    """Shrinkage, then CALM's consistency + Norm-Sub and maximum entropy (numpy only).
+
+    The views' marginals are pooled and shrunk (:func:`~dpmarginals.inference.pgm.eb_shrink`,
+    consistent by construction); the shrunk tables of the maximal measured sets then go
+    through :func:`~dpmarginals.synopsis.base.consistent_synopsis`, which makes them
+    non-negative, and queries no set contains are answered by maximum entropy.
+    """
+    from ..inference.pgm import eb_shrink
+
+    shrunk = eb_shrink(domain, views)
+    sets = {tuple(sorted(v.attributes, key=domain.index)) for v in views}
+    maximal = sorted((s for s in sets if not any(set(s) < set(o) for o in sets)),
+                     key=lambda s: (len(s), s))
+    users = {s: sum(v.users for v in views if set(s) <= set(v.attributes)) for s in maximal}
+    shrunk_views = [NoisyView(s, shrunk.tables[s], users[s],
+                              max(shrunk.noise[s] * shrunk.factor.get(s, 1.0), 1e-12))
+                    for s in maximal]
+    factors = {str(j): float(np.mean([f for s, f in shrunk.factor.items() if len(s) == j]))
+               for j in sorted({len(s) for s in shrunk.factor})}
+    return consistent_synopsis(domain, shrunk_views, method, {**info, "kept_fraction": factors})
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One phase of a simulated collection: its plan, its users and their counts."""
+
+    plan: Plan
+    users: Dataset
+    counts: Counts
+    seed: int | None
+
+
+@dataclass
+class Adaptive:
+    """Two-phase adaptive collection (module docstring).
+
+    ``phase1``: the share of users in phase 1 (default :data:`PHASE1_FRACTION`).
+    ``workload``: the marginals to optimise for, as a list of attribute lists or
+    ``{"k": K}`` (default: every k-way marginal).  ``inference``: "shrink" (default, numpy)
+    or "pgm" (graphical model, the optional ``pgm`` extra).  ``per_user=True`` randomizes
+    every user's record (the client path) instead of sampling the aggregate counts.
+    ``oracles``: those a group may use (each takes the one of least variance for its size).
+    ``conservative=True`` takes an interaction as strong only when phase 1 shows it (the
+    energies' lower one-standard-error bound; better at eps = 0.2, worse at eps >= 0.8 in our
+    measurements, so off by default).
+
+    >>> from dpmarginals.core.domain import Domain
+    >>> plan = Adaptive(epsilon=1.0, k=3).plan(Domain.from_dict({f"x{i}": 2 for i in range(8)}),
+    ...                                        2**14)
+    >>> plan.params["phase"], plan.params["phase1_users"], plan.m
+    (1, 4096, 16)
+    >>> sorted({len(g.attributes) for g in plan.groups})   # pairs, and four triples
+    [2, 3]
+    """
+
+    epsilon: float
+    k: int = 3
+    phase1: float = PHASE1_FRACTION
+    workload: Any = None
+    inference: str = "shrink"
+    per_user: bool = False
+    oracles: tuple[str, ...] = ("grr", "oue", "olh")
+    conservative: bool = False
+    name: ClassVar[str] = "adaptive"
+    _workloads: dict[Domain, Workload] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.epsilon = check_epsilon(self.epsilon)
+        self.k = check_k(self.k)
+        check_choice(self.inference, "inference", INFERENCE)
+        try:
+            share = float(self.phase1)
+        except (TypeError, ValueError):
+            raise DPMarginalsError(f"phase1 must be a number in (0, 1), got {self.phase1!r}"
+                                   ) from None
+        if not 0.0 < share < 1.0:
+            raise DPMarginalsError(f"phase1 must be a number in (0, 1), got {self.phase1!r}")
+        self.phase1 = share
+        self.oracles = tuple(self.oracles)
+
+    # -- the workload -------------------------------------------------------------------
+    def workload_for(self, domain: Domain) -> Workload:
+        """The workload over ``domain`` (every k-way marginal unless one was given)."""
+        if domain not in self._workloads:
+            if self.workload is None:
+                check_k(self.k, len(domain))
+                wl = _all_k(domain, self.k)
+            elif isinstance(self.workload, Workload):
+                wl = self.workload
+            else:
+                wl = parse_workload(self.workload, domain)
+            self._workloads[domain] = wl
+        return self._workloads[domain]
+
+    # -- phase 1 ------------------------------------------------------------------------
+    def phase_one_users(self, n: int) -> int:
+        """How many of ``n`` users report in phase 1."""
+        return round(self.phase1 * n)
+
+    def plan(self, domain: Domain, n: int) -> Plan:
+        """Phase 1's public plan for a collection from ``n`` users in all."""
+        d = len(domain)
+        wl = self.workload_for(domain)
+        n1 = self.phase_one_users(n)
+        top = min(d, max(2, wl.max_size), 3)
+        fewest = math.ceil(d / 2)
+        m1 = min(math.comb(d, 2), max(fewest, n1 // PHASE1_GROUP_USERS))
+        if n1 < m1 or n - n1 < 1:
+            raise DPMarginalsError(f"{n} users are too few for two phases over {d} attributes "
+                                   f"(phase 1 needs at least {fewest} of them)")
+        # pairs, and a quarter of the groups triples when the workload has 3-way queries
+        m3 = 0 if top < 3 else max(math.ceil(d / 3), m1 // 4)
+        m3 = min(m3, m1 - 1, math.comb(d, 3))
+        blocks = balanced_subsets(d, 2, m1 - m3) + (balanced_subsets(d, 3, m3) if m3 else [])
+        sets = [tuple(domain.attributes[i] for i in b) for b in blocks]
+        l1 = 3 if m3 else 2
+        groups = []
+        for s in sets:
+            cells = domain.project(s).cells()
+            oracle, _ = group_variance(self.epsilon, cells, n1 / m1, self.oracles)
+            groups.append(GroupSpec(s, oracle, self.epsilon, cells))
+        params = {"phase": 1, "phases": 2, "k": self.k, "users": int(n), "phase1_users": n1,
+                  "l": l1, "m": m1,
+                  "workload": {"k": self.k} if self.workload is None else wl.to_dict()}
+        return Plan(self.name, self.epsilon, domain, tuple(groups), params)
+
+    # -- phase 2 ------------------------------------------------------------------------
+    def phase_two(self, plan1: Plan, counts1: Counts, users: int | None = None) -> Plan:
+        """Phase 2's plan for ``users`` more users (default: the rest of the planned n),
+        from phase 1's counts alone (post-processing)."""
+        if plan1.params.get("phase") != 1:
+            raise DPMarginalsError("phase_two needs the phase-1 plan of an adaptive collection")
+        counts1.check([g.cells for g in plan1.groups])
+        if users is None:
+            users = int(plan1.params["users"]) - counts1.n
+        if users < 1:
+            raise DPMarginalsError(f"phase 2 has no users left ({users})")
+        domain = plan1.domain
+        views = calibrated_views(plan1, counts1)
+        if not views:
+            raise DPMarginalsError("phase 1 has no reports yet: every group is empty")
+        gen = np.random.default_rng(_seed(plan1, counts1))
+        singles = _pooled_singles(domain, views)
+        null = [_null_views(plan1, counts1, singles, gen) for _ in range(NULL_REPEATS)]
+        structure = phase_one_structure(domain, views, null=null,
+                                        conservative=self.conservative)
+        existing = _existing_groups(plan1, views)
+        workload = self.workload_for(domain)
+        calm = CALM(epsilon=self.epsilon, k=min(self.k, len(domain))).plan(domain, users)
+        choice = plan_optimal(domain, users, self.epsilon, workload, structure,
+                              existing=existing, shrink=True, oracles=self.oracles,
+                              extra=[("calm", [g.attributes for g in calm.groups])])
+        params = {"phase": 2, "phases": 2, "k": self.k, "phase1_hash": plan1.hash,
+                  "phase1_users": counts1.n, "users": int(users)}
+        return choice.plan(domain, self.epsilon, self.name, params)
+
+    # -- simulation ---------------------------------------------------------------------
+    def collect(self, data: Dataset, *, rng: RNGLike = None) -> list[Phase]:
+        """Both phases with every row of ``data`` as one user (phase 1: a random share)."""
+        n = data.n
+        seeded = rng is not None
+        sim = simulation_rng(rng)
+        seeds = [int(s) for s in sim.integers(0, 2**63 - 1, size=3)] if seeded else [None] * 3
+        order = simulation_rng(seeds[0]).permutation(n)
+        plan1 = self.plan(data.domain, n)
+        n1 = int(plan1.params["phase1_users"])
+        first, rest = data.take(order[:n1]), data.take(order[n1:])
+        counts1 = group_supports(first, plan1, rng=seeds[1], per_user=self.per_user)
+        plan2 = self.phase_two(plan1, counts1, rest.n)
+        counts2 = group_supports(rest, plan2, rng=seeds[2], per_user=self.per_user)
+        return [Phase(plan1, first, counts1, seeds[1]), Phase(plan2, rest, counts2, seeds[2])]
+
+    def run(self, data: Dataset, *, rng: RNGLike = None) -> Synopsis:
+        """Collect both phases from ``data`` and release the pooled synopsis."""
+        clock = time.perf_counter()
+        phases = self.collect(data, rng=rng)
+        collected = time.perf_counter()
+        synopsis = self.release([p.plan for p in phases], [p.counts for p in phases])
+        synopsis.info["stage_seconds"] = {"plan and collect": collected - clock,
+                                          self.inference: time.perf_counter() - collected}
+        return synopsis
+
+    # -- release ------------------------------------------------------------------------
+    def release(self, plan: Plan | Sequence[Plan], counts: Counts | Sequence[Counts],
+                n: int | None = None) -> Synopsis:
+        """The synopsis of one or both phases' reports, pooled.
+
+        ``plan``/``counts``: phase 1's (a release before phase 2), or the list of both.
+        ``n`` is ignored (the counts say how many users reported; CALM's signature).
+        """
+        plans = [plan] if isinstance(plan, Plan) else list(plan)
+        all_counts = [counts] if isinstance(counts, Counts) else list(counts)
+        if len(plans) != len(all_counts) or not plans:
+            raise DPMarginalsError("give one Counts per phase plan")
+        views: list[NoisyView] = []
+        groups: list[dict[str, Any]] = []
+        for p, c in zip(plans, all_counts, strict=True):
+            c.check([g.cells for g in p.groups])
+            keep = [g for g in range(p.m) if c.users[g] > 0]
+            sub = replace(p, groups=tuple(p.groups[g] for g in keep))
+            phase_views = calibrated_views(sub, c.subset(keep))
+            views += phase_views
+            groups += collection_info(sub, phase_views)["groups"]
+        if not views:
+            raise DPMarginalsError("no reports yet: every group is empty")
+        last = plans[-1]
+        info: dict[str, Any] = {
+            "plan_hash": last.hash, "phase_hashes": [p.hash for p in plans],
+            "n": int(sum(c.n for c in all_counts)), "k": self.k, "phases": len(plans),
+            "phase1_users": int(all_counts[0].n),
+            "l": max(len(g.attributes) for g in last.groups), "m": sum(p.m for p in plans),
+            "oracles": sorted({g.oracle for p in plans for g in p.groups}), "groups": groups,
+            **{key: last.params[key] for key in ("family", "predicted_sse", "noise_error",
+                                                 "sampling_error", "reconstruction_error")
+               if key in last.params}}
+        return self.release_views(plans[0].domain, views, info)
+
+    def release_views(self, domain: Domain, views: Sequence[NoisyView],
+                      info: dict[str, Any] | None = None) -> Synopsis:
+        """This method's inference on unbiased views (both phases', or cleaner ones: the
+        error split of :mod:`dpmarginals.local.error_sources`)."""
+        if self.inference == "pgm":
+            from .calm_pgm import pgm_synopsis
+
+            return pgm_synopsis(domain, views, self.name, dict(info or {}))
+        return shrunk_synopsis(domain, views, self.name, dict(info or {}))
+
+
+def _all_k(domain: Domain, k: int) -> Workload:
+    """Every k-way marginal, or a fixed random sample of :data:`MAX_QUERIES` of them when
+    there are more (the planner's prediction averages over a sample anyway)."""
+    total = math.comb(len(domain), k)
+    if total <= MAX_QUERIES:
+        return Workload.all_k(domain, k)
+    gen = np.random.default_rng(20)
+    queries = {tuple(sorted(gen.choice(len(domain), k, replace=False).tolist()))
+               for _ in range(4 * MAX_QUERIES)}
+    chosen = sorted(queries)[:MAX_QUERIES] if len(queries) > MAX_QUERIES else sorted(queries)
+    return Workload(domain, tuple(tuple(domain.attributes[i] for i in q) for q in chosen), k)
+
+
+def _seed(plan: Plan, counts: Counts) -> int:
+    """A seed that is a function of phase 1's plan and counts (so phase 2's plan is too)."""
+    digest = hashlib.sha256(plan.hash.encode())
+    for support in counts.supports:
+        digest.update(np.asarray(support, dtype="<i8").tobytes())
+    digest.update(np.asarray(counts.users, dtype="<i8").tobytes())
+    return int.from_bytes(digest.digest()[:8], "little")
+
+
+def _pooled_singles(domain: Domain, views: Sequence[NoisyView]) -> dict[str, np.ndarray]:
+    """Every attribute's pooled 1-way marginal (clipped to be a distribution)."""
+    from ..inference.pgm import eb_shrink
+
+    tables = eb_shrink(domain, views).tables
+    out = {}
+    for a in domain.attributes:
+        p = np.clip(tables[(a,)], 1e-12, None)
+        out[a] = p / p.sum()
+    return out
+
+
+def _null_views(plan: Plan, counts: Counts, singles: dict[str, np.ndarray],
+                gen: np.random.Generator) -> list[NoisyView]:
+    """Phase 1 again, simulated from the product of its pooled 1-way marginals: the same
+    groups, users and oracles, no interaction."""
+    out = []
+    for spec, users in zip(plan.groups, counts.users, strict=True):
+        if users <= 0:
+            continue
+        p = np.ones(1)
+        for a in spec.attributes:
+            p = np.multiply.outer(p, singles[a])
+        p = (p / p.sum()).ravel()
+        oracle = make_oracle(spec.oracle, spec.epsilon, spec.cells)
+        cells = gen.choice(p.size, size=int(users), p=p)  # simulated users, one report each
+        support = oracle.support(oracle.perturb(cells, rng=gen))
+        est = np.asarray(oracle.estimate(support, int(users)), dtype=np.float64)
+        out.append(NoisyView(spec.attributes, est.reshape(plan.domain.project(
+            spec.attributes).shape), int(users), coefficient_variance(oracle, int(users))))
+    return out
+
+
+def _existing_groups(plan: Plan, views: Sequence[NoisyView]) -> Groups:
+    """Phase 1's groups as the planner pools them."""
+    domain = plan.domain
+    masks = []
+    for v in views:
+        mask = 0
+        for a in v.attributes:
+            mask |= 1 << domain.index(a)
+        masks.append(mask)
+    return Groups(np.array(masks, dtype=np.uint64),
+                  np.array([v.table.size for v in views], dtype=np.float64),
+                  np.array([v.variance for v in views]),
+                  np.array([v.users for v in views], dtype=np.float64))
