@@ -23,8 +23,8 @@ from ..core.errors import DPMarginalsError
 from ..local.adaptive import Adaptive
 from ..local.calm import CALM
 from ..local.collect import collect
-from ..local.error_sources import noiseless_views, population_views, split_error
-from .beyond_calm import PANELS
+from ..local.error_sources import noiseless_views, population_views
+from .beyond_calm import PANELS, error_shares, mean_sse, not_run_lines, same_users_ratios
 from .calm_figures import DATA_LABEL, MAX_D, sse_plot, sse_tasks, task_fields
 from .common import evaluate_synopsis, not_run, query_set, sample_users, truths
 from .runner import Experiment, seed_for
@@ -46,10 +46,6 @@ def _tasks(quick: bool) -> list[dict[str, Any]]:
     return [t for t in tasks if t["repeat"] < FULL_REPEATS]
 
 
-def _mean_sse(synopsis: Any, exact: dict) -> float:
-    return float(evaluate_synopsis(synopsis, exact)[0].mean())
-
-
 def _calm_rows(data: Any, exact: dict, eps: float, k: int, rng: Any, split: bool,
                fields: dict[str, Any]) -> dict[str, Any]:
     calm = CALM(epsilon=eps, k=k)
@@ -64,9 +60,9 @@ def _calm_rows(data: Any, exact: dict, eps: float, k: int, rng: Any, split: bool
            "seconds": seconds, "l": plan.params["l"], "m": plan.m,
            "family": f"Algorithm 1 l={plan.params['l']} m={plan.m}"}
     if split:
-        row["sse_no_noise"] = _mean_sse(
+        row["sse_no_noise"] = mean_sse(
             calm.release(plan, noiseless_views(data, plan, rng=rng), data.n), exact)
-        row["sse_population"] = _mean_sse(calm.release(
+        row["sse_population"] = mean_sse(calm.release(
             plan, population_views(data, plan, [v.users for v in views]), data.n), exact)
     return row
 
@@ -87,10 +83,10 @@ def _adaptive_rows(data: Any, exact: dict, eps: float, k: int, rng: Any, split: 
            "phase1_users": phases[0].users.n, "predicted_sse": second.params["predicted_sse"]}
     if split:
         clean = [v for p in phases for v in noiseless_views(p.users, p.plan, rng=p.seed)]
-        row["sse_no_noise"] = _mean_sse(method.release_views(data.domain, clean), exact)
+        row["sse_no_noise"] = mean_sse(method.release_views(data.domain, clean), exact)
         exact_views = [v for p in phases for v in population_views(
             data, p.plan, [int(u) for u in p.counts.users])]
-        row["sse_population"] = _mean_sse(method.release_views(data.domain, exact_views),
+        row["sse_population"] = mean_sse(method.release_views(data.domain, exact_views),
                                           exact)
     return row
 
@@ -117,41 +113,8 @@ def _run(task: dict[str, Any], seed: int) -> list[dict[str, Any]]:
     return rows
 
 
-def _ratios(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per (data set, panel, eps): both methods' mean SSE over repeats, the ratio, the error
-    split and the adaptive plan of the first repeat."""
-    ok = frame[frame["status"] == "ok"]
-    keys = ["dataset", "panel", "epsilon"]
-    wide = ok.pivot_table(index=keys, columns="method", values="sse", aggfunc="mean")
-    out = wide.reindex(columns=list(METHODS)).dropna().reset_index()
-    out["ratio"] = out["adaptive"] / out["calm"]
-    first = ok[ok["repeat"] == 0].set_index([*keys, "method"])
-    for m in METHODS:
-        parts, plans = [], []
-        for _, row in out.iterrows():
-            key = (row["dataset"], row["panel"], row["epsilon"], m)
-            f = first.loc[key] if key in first.index else None
-            if f is not None and pd.notna(f.get("sse_population")):
-                parts.append(split_error(f["sse"], f["sse_no_noise"], f["sse_population"]))
-            else:
-                parts.append(None)
-            plans.append(f["family"] if f is not None else "")
-        out[f"{m} sources"] = parts
-        out[f"{m} plan"] = plans
-    order = {ds: i for i, ds in enumerate(PANELS)}
-    return out.sort_values(["dataset", "panel", "epsilon"],
-                           key=lambda c: c.map(order) if c.name == "dataset" else c)
-
-
-def _shares(sources: dict[str, float] | None) -> str:
-    if not sources:
-        return "—"
-    total = sum(max(v, 0.0) for v in sources.values()) or 1.0
-    return " / ".join(f"{100 * max(v, 0.0) / total:.0f}%" for v in sources.values())
-
-
 def _summary(frame: pd.DataFrame, quick: bool) -> str:
-    table = _ratios(frame)
+    table = same_users_ratios(frame, METHODS, plans=True)
     ratios = table["ratio"].to_numpy()
     median = Check(f"the adaptive method's SSE is at most {TARGET}x CALM's in the median over "
                    "settings", "issue #20")
@@ -173,8 +136,8 @@ def _summary(frame: pd.DataFrame, quick: bool) -> str:
     for _, row in table.iterrows():
         lines.append(f"| {DATA_LABEL.get(row['dataset'], row['dataset'])} | {row['panel']} | "
                      f"{row['epsilon']:g} | {fmt(row['calm'])} | {fmt(row['adaptive'])} | "
-                     f"**{row['ratio']:.2f}** | {_shares(row['calm sources'])} | "
-                     f"{_shares(row['adaptive sources'])} | {row['adaptive plan']} |")
+                     f"**{row['ratio']:.2f}** | {error_shares(row['calm sources'])} | "
+                     f"{error_shares(row['adaptive sources'])} | {row['adaptive plan']} |")
     if len(ratios):
         lines += ["", f"Ratio over the {len(ratios)} settings: median {np.median(ratios):.2f}, "
                   f"geometric mean {np.exp(np.log(ratios).mean()):.2f}, best "
@@ -186,10 +149,7 @@ def _summary(frame: pd.DataFrame, quick: bool) -> str:
         lines += ["", f"Adaptive plan + collection + inference: mean {ok['seconds'].mean():.1f} s,"
                   f" max {ok['seconds'].max():.1f} s per run (CALM's: "
                   f"{frame.loc[frame['method'] == 'calm', 'seconds'].mean():.2f} s)."]
-    not_run_rows = frame[frame["status"] != "ok"]
-    if len(not_run_rows):
-        reasons = not_run_rows.groupby("reason").size()
-        lines += ["", "Not run: " + "; ".join(f"{r} ({c} rows)" for r, c in reasons.items())]
+    lines += not_run_lines(frame)
     return "\n".join(lines) + "\n"
 
 

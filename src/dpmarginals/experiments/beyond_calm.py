@@ -35,7 +35,8 @@ from .common import evaluate_synopsis, not_run, query_set, sample_users, truths
 from .runner import Experiment, seed_for
 from .summaries import Check, checks_markdown, fmt
 
-__all__ = ["BEYOND_CALM_EXPERIMENTS"]
+__all__ = ["BEYOND_CALM_EXPERIMENTS", "error_shares", "mean_sse", "not_run_lines",
+           "same_users_ratios"]
 
 METHODS = ("calm", "calm-pgm")
 PANELS = {"kosarak": FIG4_PANELS, "msnbc": FIG4_PANELS, **FIG5_PANELS}
@@ -54,7 +55,8 @@ def _inferences(eps: float, k: int) -> dict[str, CALM]:
     return {"calm": CALM(epsilon=eps, k=k), "calm-pgm": CALMPGM(epsilon=eps, k=k)}
 
 
-def _mean_sse(synopsis: Any, exact: dict) -> float:
+def mean_sse(synopsis: Any, exact: dict) -> float:
+    """The synopsis's mean SSE over the queries of ``exact``."""
     return float(evaluate_synopsis(synopsis, exact)[0].mean())
 
 
@@ -96,44 +98,59 @@ def _run(task: dict[str, Any], seed: int) -> list[dict[str, Any]]:
                             "queries": len(exact), "seconds": seconds})
                 if clean is not None:
                     row["sse_no_noise"], row["sse_population"] = (
-                        _mean_sse(inference.release(plan, vs, data.n), exact) for vs in clean)
+                        mean_sse(inference.release(plan, vs, data.n), exact) for vs in clean)
             rows.append(row)
     return rows
 
 
-def _ratios(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per (data set, panel, eps): both methods' mean SSE over repeats, the ratio, and
-    the error split of the first repeat."""
+def same_users_ratios(frame: pd.DataFrame, methods: tuple[str, str],
+                      plans: bool = False) -> pd.DataFrame:
+    """Per (data set, panel, eps): both methods' mean SSE over repeats, the ratio of the
+    second to the first, each method's error split in the first repeat and, with ``plans``,
+    its plan (column ``family``)."""
     ok = frame[frame["status"] == "ok"]
     keys = ["dataset", "panel", "epsilon"]
     wide = ok.pivot_table(index=keys, columns="method", values="sse", aggfunc="mean")
-    out = wide.reindex(columns=list(METHODS)).dropna().reset_index()
-    out["ratio"] = out["calm-pgm"] / out["calm"]
+    out = wide.reindex(columns=list(methods)).dropna().reset_index()
+    out["ratio"] = out[methods[1]] / out[methods[0]]
     first = ok[ok["repeat"] == 0].set_index([*keys, "method"])
-    for m in METHODS:
-        parts = []
+    for m in methods:
+        parts, family = [], []
         for _, row in out.iterrows():
             key = (row["dataset"], row["panel"], row["epsilon"], m)
-            if key in first.index and pd.notna(first.loc[key, "sse_population"]):
-                f = first.loc[key]
+            f = first.loc[key] if key in first.index else None
+            if f is not None and pd.notna(f.get("sse_population")):
                 parts.append(split_error(f["sse"], f["sse_no_noise"], f["sse_population"]))
             else:
                 parts.append(None)
+            family.append(f["family"] if f is not None and plans else "")
         out[f"{m} sources"] = parts
+        if plans:
+            out[f"{m} plan"] = family
     order = {ds: i for i, ds in enumerate(PANELS)}
     return out.sort_values(["dataset", "panel", "epsilon"],
                            key=lambda c: c.map(order) if c.name == "dataset" else c)
 
 
-def _shares(sources: dict[str, float] | None) -> str:
+def error_shares(sources: dict[str, float] | None) -> str:
+    """An error split as "noise% / sampling% / reconstruction%"."""
     if not sources:
         return "—"
     total = sum(max(v, 0.0) for v in sources.values()) or 1.0
     return " / ".join(f"{100 * max(v, 0.0) / total:.0f}%" for v in sources.values())
 
 
+def not_run_lines(frame: pd.DataFrame) -> list[str]:
+    """The summary's "Not run" line: each reason and its count of rows."""
+    rows = frame[frame["status"] != "ok"]
+    if not len(rows):
+        return []
+    return ["", "Not run: " + "; ".join(f"{r} ({c} rows)"
+                                        for r, c in rows.groupby("reason").size().items())]
+
+
 def _summary(frame: pd.DataFrame, quick: bool) -> str:
-    table = _ratios(frame)
+    table = same_users_ratios(frame, METHODS)
     target = Check(f"calm-pgm's mean SSE is at most {TARGET}x CALM's on the same reports",
                    "issue #9")
     better = Check("calm-pgm's mean SSE is below CALM's", "issue #9")
@@ -152,16 +169,14 @@ def _summary(frame: pd.DataFrame, quick: bool) -> str:
         lines.append(f"| {DATA_LABEL.get(row['dataset'], row['dataset'])} | {row['panel']} | "
                      f"{row['epsilon']:g} | {int(l)} | {int(m)} | {fmt(row['calm'])} | "
                      f"{fmt(row['calm-pgm'])} | **{row['ratio']:.2f}** | "
-                     f"{_shares(row['calm sources'])} | {_shares(row['calm-pgm sources'])} |")
+                     f"{error_shares(row['calm sources'])} | "
+                     f"{error_shares(row['calm-pgm sources'])} |")
     ok = frame[(frame["status"] == "ok") & (frame["method"] == "calm-pgm")]
     if len(ok):
         lines += ["", f"calm-pgm inference: mean {ok['seconds'].mean():.1f} s, max "
                   f"{ok['seconds'].max():.1f} s per release (CALM's: "
                   f"{frame.loc[frame['method'] == 'calm', 'seconds'].mean():.2f} s)."]
-    not_run_rows = frame[frame["status"] != "ok"]
-    if len(not_run_rows):
-        reasons = not_run_rows.groupby("reason").size()
-        lines += ["", "Not run: " + "; ".join(f"{r} ({c} rows)" for r, c in reasons.items())]
+    lines += not_run_lines(frame)
     return "\n".join(lines) + "\n"
 
 
