@@ -111,10 +111,11 @@ def _save_plan(plan: Any, path: str) -> None:
         raise DPMarginalsError(f"cannot write {path!r}: {exc.strerror or exc}") from None
 
 
-def _cmd_plan_workload(args: argparse.Namespace) -> int:
-    """Issue #9: the plan with the least predicted error for the workload in a file."""
+def _planning_domain(args: argparse.Namespace, option: str) -> tuple[Any, Any]:
+    """The domain and the public sample (or None) of ``plan --workload`` / ``--optimal``:
+    from --domain, else the --public data set's, else --d attributes of
+    --values-per-attribute values (default 2); cut to the first --d attributes."""
     from ..core.domain import Domain
-    from ..planning.workload import ORACLE_CANDIDATES, load_workload, plan_workload
 
     public = None
     if args.public is not None:
@@ -129,10 +130,18 @@ def _cmd_plan_workload(args: argparse.Namespace) -> int:
         domain = Domain.from_dict({str(i): args.values_per_attribute or 2
                                    for i in range(args.d)})
     else:
-        raise DPMarginalsError("plan --workload needs the attributes: --domain FILE, "
+        raise DPMarginalsError(f"plan {option} needs the attributes: --domain FILE, "
                                "--public DATASET or --d D")
     if args.d is not None and args.d != len(domain):
         domain = domain.project(domain.attributes[: args.d])
+    return domain, public
+
+
+def _cmd_plan_workload(args: argparse.Namespace) -> int:
+    """Issue #9: the plan with the least predicted error for the workload in a file."""
+    from ..planning.workload import ORACLE_CANDIDATES, load_workload, plan_workload
+
+    domain, public = _planning_domain(args, "--workload")
     workload = load_workload(args.workload, domain)
     oracles = ORACLE_CANDIDATES if args.oracles is None else tuple(
         o.strip().lower() for o in args.oracles.split(",") if o.strip())
@@ -175,27 +184,10 @@ def _parse_prior(text: str) -> dict[int, float]:
 
 def _cmd_plan_optimal(args: argparse.Namespace) -> int:
     """Issue #20: error-optimal planning at any n (noise + sampling + reconstruction)."""
-    from ..core.domain import Domain
     from ..planning.optimal import Structure, plan_optimal
     from ..planning.workload import Workload, load_workload
 
-    public = None
-    if args.public is not None:
-        ns = argparse.Namespace(dataset=args.public, domain=args.domain, d=args.d, n=None,
-                                seed=0)
-        public = _load_data(ns)
-    if args.domain is not None:
-        domain = Domain.load(args.domain)
-    elif public is not None:
-        domain = public.domain
-    elif args.d is not None:
-        domain = Domain.from_dict({str(i): args.values_per_attribute or 2
-                                   for i in range(args.d)})
-    else:
-        raise DPMarginalsError("plan --optimal needs the attributes: --domain FILE, --public "
-                               "DATASET or --d D")
-    if args.d is not None and args.d != len(domain):
-        domain = domain.project(domain.attributes[: args.d])
+    domain, public = _planning_domain(args, "--optimal")
     if args.workload is not None:
         workload = load_workload(args.workload, domain)
     elif args.k is not None:
