@@ -253,8 +253,12 @@ def test_phase_two_refuses_inherited_expired_settings_and_opens_with_new_ones(ap
     _refusal(api.post("/campaigns/e/phase2", headers=ADMIN), 422, "invalid_settings",
              "phase 2 would open already expired")
     assert api.get("/campaigns/e.phase2/plan").status_code == 404
-    opened = api.post("/campaigns/e/phase2", json={"settings": OPEN}, headers=ADMIN)
+    later = time.time() + 3600  # the settings given change phase 1's, the rest inherited
+    opened = api.post("/campaigns/e/phase2", json={"settings": {"expires_at": later}},
+                      headers=ADMIN)
     assert opened.status_code == 201, opened.text
+    assert opened.json()["settings"] == {**opened.json()["settings"], **OPEN,
+                                         "expires_at": later}
     assert api.get("/campaigns/e.phase2/assignment").status_code == 200
 
 

@@ -803,10 +803,14 @@ class ServiceClient:
                              timeout=self.timeout, retries=self.retries)
 
     # -- admin ---------------------------------------------------------------------------
-    def open_phase_two(self, users: int | None = None) -> dict[str, Any]:
+    def open_phase_two(self, users: int | None = None,
+                       settings: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Close this adaptive campaign's phase 1 and open phase 2, planned by the service
-        from phase 1's reports (admin token); ``users``: how many will report in phase 2."""
-        body = {} if users is None else {"users": int(users)}
+        from phase 1's reports (admin token); ``users``: how many will report in phase 2;
+        ``settings``: changes to phase 1's settings, which phase 2 inherits."""
+        body: dict[str, Any] = {} if users is None else {"users": int(users)}
+        if settings:
+            body["settings"] = dict(settings)
         return self.request("POST", self._path("/phase2"), body, admin=True)[1]
 
     def create_campaign(self, plan: Plan, settings: Mapping[str, Any] | None = None

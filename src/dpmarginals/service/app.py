@@ -27,7 +27,9 @@ POST     /campaigns                          admin     create ``{"id", "plan", "
 GET      /campaigns                          analyst   the campaigns (without: public ones)
 POST     /campaigns/{id}/close               admin     no more assignments or reports
 POST     /campaigns/{id}/phase2              admin     close an adaptive campaign's phase 1,
-                                                       open ``{id}.phase2`` (:mod:`.phases`)
+                                                       open ``{id}.phase2`` (:mod:`.phases`;
+                                                       ``{"users", "settings"}``, both
+                                                       optional: settings over phase 1's)
 GET      /campaigns/{id}/plan                          the public plan (with its hash)
 GET      /campaigns/{id}/assignment                    a group and its single-use ticket
                                                        (``?count=`` for many)
@@ -518,13 +520,14 @@ def _add_campaign_endpoints(app: Any, fa: Any, agg: Aggregator, guards: Any) -> 
         if not re.fullmatch(CAMPAIGN_PATTERN, name):
             raise ServiceError(422, "invalid_request", f"phase 2's id {name!r} would be longer "
                                "than 64 characters")
+        given = body.get("settings")  # over phase 1's settings, which phase 2 inherits
         try:
-            settings = (found.settings if body.get("settings") is None
-                        else CampaignSettings.from_dict(body["settings"]))
+            settings = (found.settings if given is None else CampaignSettings.from_dict(
+                {**found.settings.to_dict(), **given} if isinstance(given, dict) else given))
         except DPMarginalsError as exc:
             raise ServiceError(422, "invalid_settings", str(exc)) from None
         await run_in_threadpool(_check_phase_two_opens, the_store, found, name, settings,
-                                body.get("settings") is None)
+                                given is None)
         await run_in_threadpool(the_store.close_campaign, found)
         counts = await run_in_threadpool(the_store.counts, found)
         try:
@@ -554,7 +557,8 @@ def _check_phase_two_opens(store: Store, found: Campaign, name: str,
         raise ServiceError(422, "invalid_settings", f"phase 2 would open already expired "
                            f"(expires_at = {settings.expires_at!r} has passed"
                            + ("; phase 1's settings are inherited" if inherited else "")
-                           + '): give phase 2 its own {"settings": {"expires_at": ...}}')
+                           + '): give phase 2 {"settings": {"expires_at": ...}} (campaign '
+                           "phase2 --expires WHEN)")
     taken = store.campaign(name)
     if taken is not None and taken.plan.params.get("phase1_hash") != found.plan.hash:
         raise ServiceError(409, "campaign_exists", f"campaign {name!r} exists and is not "
