@@ -99,6 +99,46 @@ def test_a_pair_the_measured_tables_determine_gets_a_narrow_range():
     assert bounds.note.startswith("reconstructed: no group measured a0, a2 together")
 
 
+def test_a_query_too_large_for_the_programs_gets_its_sub_tables_bounds(monkeypatch):
+    """An unmeasured 40 x 40 pair (1,600 cells > sqrt(RANGE_WORK)) would need 3,200 linear
+    programs (a 64^3 triple ran out of memory): its range comes from the measured
+    sub-tables alone, with no program solved, and still holds the truth of exact tables
+    (deterministic); a smaller unmeasured pair keeps the programs."""
+    import scipy.optimize
+
+    from dpmarginals.protocol.plan import GroupSpec, Plan
+    from dpmarginals.synopsis.intervals import RANGE_WORK
+
+    rng = np.random.default_rng(8)
+    n = 20_000
+    c = rng.integers(0, 2, n)
+    a = (rng.integers(0, 20, n) + 20 * c) % 40
+    b = (a + rng.integers(0, 3, n)) % 40
+    dom = Domain(("a", "b", "c", "e"), (40, 40, 2, 30))
+    data = Dataset(np.column_stack([a, b, c, a % 30]), dom)
+    plan = Plan("calm", 1.0, dom, tuple(GroupSpec(q, "oue", 1.0, dom.project(q).cells())
+                                        for q in (("a", "c"), ("b", "c"), ("c", "e"))))
+    syn = exact_synopsis(data, plan)
+    assert RANGE_WORK ** 0.5 < 40 * 40
+
+    def no_programs(*args, **kwargs):
+        raise AssertionError("a linear program was solved for a query this large")
+
+    monkeypatch.setattr(scipy.optimize, "linprog", no_programs)
+    got = measured_range(syn, ("a", "b"))
+    truth = data.marginal(("a", "b")).values
+    assert got.coarse and got.support == ("a", "b")
+    assert (got.lower == 0).all() and (truth <= got.upper + 1e-9).all()
+    est, sd = pooled_estimate(linear_synopsis(syn), ("a",))
+    assert (got.upper <= (est + Z * sd)[:, None] + 1e-12).all()  # a's own table bounds it
+    values = syn.marginal(("a", "b")).values
+    bounds = interval(syn, ("a", "b"), values, np.zeros_like(values))
+    assert "too many cells for the exact range" in bounds.note
+    monkeypatch.undo()
+    small = measured_range(syn, ("c", "e"))  # measured pair: not coarse, programs solved
+    assert not small.coarse
+
+
 def test_a_measured_query_of_a_consistent_synopsis_keeps_answer_plus_minus_196_std():
     data = random_network(5000, seed=3)
     syn = CALM(epsilon=1.0, k=3).run(data, rng=1)

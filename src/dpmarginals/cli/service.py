@@ -368,11 +368,14 @@ def _cmd_campaign_phase2(args: argparse.Namespace) -> int:
     from ..protocol.client import ServiceClient
 
     with ServiceClient(args.server, args.id, token=_token(args)) as client:
-        out = client.open_phase_two(args.users)
+        out = client.open_phase_two(args.users, None if args.expires_at is None
+                                    else {"expires_at": args.expires_at})
     verb = "opened" if out.get("created") else "found existing"
+    predicted = out.get("predicted_sse")
     print(f"closed phase 1 ({args.id!r}); {verb} phase 2 as campaign {out['id']!r}: "
-          f"{out['groups']} groups, plan hash {out['plan_hash']}, predicted SSE per query "
-          f"{out.get('predicted_sse', float('nan')):.3g}")
+          f"{out['groups']} groups, plan hash {out['plan_hash']}"
+          + (f", predicted SSE per query {predicted:.3g}"
+             if isinstance(predicted, int | float) else ""))
     return 0
 
 
@@ -536,6 +539,10 @@ def register(subparsers: Any) -> None:
     a.add_argument("--users", type=int, default=None,
                    help="users who will report in phase 2 (default: the plan's n less phase "
                    "1's reports)")
+    a.add_argument("--expires", dest="expires_at", type=_when, default=None, metavar="WHEN",
+                   help="close phase 2 at this time (ISO 8601 with a time zone, or Unix "
+                   "seconds; default: phase 1's expiry, which phase 2 inherits with its other "
+                   "settings)")
     _add_token_file(a, "admin token")
     a.set_defaults(func=_cmd_campaign_phase2)
 

@@ -56,7 +56,8 @@ from ..synopsis.stderr import collection_info
 from .calm import CALM
 from .collect import estimate_views, group_supports
 
-__all__ = ["Adaptive", "Phase", "calibrated_views", "phase_one_structure", "shrunk_synopsis"]
+__all__ = ["Adaptive", "Phase", "calibrated_views", "check_phase_one", "phase_one_structure",
+           "shrunk_synopsis"]
 
 #: Share of the users who report in phase 1 unless told otherwise.
 PHASE1_FRACTION = 0.25
@@ -66,6 +67,16 @@ PHASE1_GROUP_USERS = 256
 INFERENCE = ("shrink", "pgm")
 #: Simulations of phase 1 without interactions that calibrate its noise.
 NULL_REPEATS = 3
+
+
+def check_phase_one(plan1: Plan, counts1: Counts) -> None:
+    """Raise unless phase 2 can be planned from phase 1's counts: every group reported."""
+    counts1.check([g.cells for g in plan1.groups])
+    empty = np.flatnonzero(np.asarray(counts1.users) == 0).tolist()
+    if empty:
+        raise DPMarginalsError(f"phase 1 has no reports in {len(empty)} of its {plan1.m} groups "
+                               f"(groups {empty[:10]}; {counts1.n} reports in all): phase 2 is "
+                               "planned from every group's reports, so collect more first")
 
 
 def calibrated_views(plan: Plan, counts: Counts) -> list[NoisyView]:
@@ -230,15 +241,13 @@ class Adaptive:
         from phase 1's counts alone (post-processing)."""
         if plan1.params.get("phase") != 1:
             raise DPMarginalsError("phase_two needs the phase-1 plan of an adaptive collection")
-        counts1.check([g.cells for g in plan1.groups])
+        check_phase_one(plan1, counts1)
         if users is None:
             users = int(plan1.params["users"]) - counts1.n
         if users < 1:
             raise DPMarginalsError(f"phase 2 has no users left ({users})")
         domain = plan1.domain
         views = calibrated_views(plan1, counts1)
-        if not views:
-            raise DPMarginalsError("phase 1 has no reports yet: every group is empty")
         gen = np.random.default_rng(_seed(plan1, counts1))
         singles = _pooled_singles(domain, views)
         null = [_null_views(plan1, counts1, singles, gen) for _ in range(NULL_REPEATS)]

@@ -360,7 +360,9 @@ def make_report(
     attributes under the same plan reuses the memoized payload under a fresh report id;
     anything else is a fresh randomization, charged to the ledger (and refused with
     :class:`BudgetExceeded` before any draw if it would pass ``max_total_epsilon``).  The
-    ledger records the report before it is returned.
+    ledger records the report before it is returned.  Phase 2 of a two-phase collection
+    (``params.phase1_hash``) whose phase 1 the ledger reported in is refused: each user
+    reports in one phase.
     """
     checked = check_plan(plan, max_epsilon)
     if ledger is not None:
@@ -402,6 +404,7 @@ def _ledger_report(plan: Plan, record: Mapping[str, Any] | Sequence[int] | np.nd
     stored = ledger.stored_report(campaign, plan.hash)
     if stored is not None:
         return stored
+    _check_one_phase(plan, ledger)
     codec = _codec(plan)
     kept = ledger.group_of(plan.hash)
     requested = None if group is None else _check_group(plan, group)
@@ -438,6 +441,15 @@ def _ledger_report(plan: Plan, record: Mapping[str, Any] | Sequence[int] | np.nd
     ledger.record(campaign, report, cell=cell, epsilon=plan.epsilon, fresh=fresh,
                   requested_group=requested)
     return report
+
+
+def _check_one_phase(plan: Plan, ledger: Ledger) -> None:
+    """Refuse phase 2 of a two-phase collection whose phase 1 this device reported in:
+    each user reports in one phase (the adaptive method's privacy rests on it)."""
+    first = plan.params.get("phase1_hash")
+    if isinstance(first, str) and ledger.group_of(first) is not None:
+        raise _refused(f"params.phase1_hash = {first[:12]}...: this device reported in "
+                       "phase 1 of this collection, and each user reports in one phase")
 
 
 def _check_group(plan: Plan, group: object) -> int:
@@ -748,6 +760,7 @@ class ServiceClient:
             if stored is not None:
                 self._deliver(stored)
                 return stored
+            _check_one_phase(plan, ledger)  # before asking for an assignment
         if group is None:
             kept = None if ledger is None else ledger.group_of(plan.hash)
             if ledger is not None and kept is None:
@@ -790,10 +803,14 @@ class ServiceClient:
                              timeout=self.timeout, retries=self.retries)
 
     # -- admin ---------------------------------------------------------------------------
-    def open_phase_two(self, users: int | None = None) -> dict[str, Any]:
+    def open_phase_two(self, users: int | None = None,
+                       settings: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Close this adaptive campaign's phase 1 and open phase 2, planned by the service
-        from phase 1's reports (admin token); ``users``: how many will report in phase 2."""
-        body = {} if users is None else {"users": int(users)}
+        from phase 1's reports (admin token); ``users``: how many will report in phase 2;
+        ``settings``: changes to phase 1's settings, which phase 2 inherits."""
+        body: dict[str, Any] = {} if users is None else {"users": int(users)}
+        if settings:
+            body["settings"] = dict(settings)
         return self.request("POST", self._path("/phase2"), body, admin=True)[1]
 
     def create_campaign(self, plan: Plan, settings: Mapping[str, Any] | None = None

@@ -126,6 +126,7 @@ MAX_STRATEGY_ENTRIES = 1 << 24
 """The largest strategy matrix a plan may carry (m x cells entries: 128 MiB of float64)."""
 STRATEGY_CHUNK = 3072
 """Bytes per base64 string of a published strategy (4,096 characters)."""
+STRATEGY_TEXT = 4 * STRATEGY_CHUNK // 3
 SUPPORTS = ("bits", "attributes")
 UNARY = ("oue", "sue")
 INTEGER_PAYLOADS = ("grr", "matrix")
@@ -528,6 +529,9 @@ def decode_matrix(spec: Any, columns: int) -> np.ndarray:
 def _decode_chunks(chunks: tuple[str, ...], rows: int, columns: int) -> np.ndarray:
     raw = []
     for i, text in enumerate(chunks):
+        if len(text) > STRATEGY_TEXT:  # before decoding it
+            raise DPMarginalsError(f"plan params.strategy.float64[{i}] is a string of "
+                                   f"{len(text):,} characters; at most {STRATEGY_TEXT:,}")
         try:
             part = base64.b64decode(text, validate=True)
         except (binascii.Error, ValueError):
@@ -616,10 +620,12 @@ class StrategyMatrix:
                                    f"{float(sums[bad[0]])!r}, not 1: it is not a distribution")
         arr /= sums
         lo, hi = arr.min(axis=1), arr.max(axis=1)
-        leaky = np.flatnonzero((hi > 0) & ~(hi <= lo * math.exp(epsilon)))
+        with np.errstate(divide="ignore", invalid="ignore"):  # the quotient, not lo * e^eps,
+            ratios = np.where(hi > 0, hi / lo, 1.0)  # which rounds up among subnormal numbers
+        leaky = np.flatnonzero(~(ratios <= math.exp(epsilon)))
         if leaky.size:
             o = int(leaky[0])
-            ratio = math.inf if lo[o] == 0 else float(hi[o] / lo[o])
+            ratio = float(ratios[o])
             raise DPMarginalsError(f"the strategy matrix is not {epsilon}-LDP: row {o} has "
                                    f"max/min = {ratio!r} > e^eps = {math.exp(epsilon)!r}")
         arr.setflags(write=False)

@@ -6,6 +6,7 @@ it in reports, so an aggregator can refuse reports made under another plan.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -64,7 +65,15 @@ class Plan:
         return len(self.groups)
 
     def to_dict(self, *, with_hash: bool = True) -> dict[str, Any]:
-        body = {
+        """The plan as JSON values: a copy, so changing it leaves the plan as it was."""
+        body = self._content()
+        body["params"] = copy.deepcopy(body["params"])
+        if with_hash:
+            body["hash"] = self.hash
+        return body
+
+    def _content(self) -> dict[str, Any]:
+        return {
             "format": _FORMAT,
             "version": self.version,
             "method": self.method,
@@ -73,9 +82,6 @@ class Plan:
             "groups": [g.to_dict() for g in self.groups],
             "params": dict(self.params),
         }
-        if with_hash:
-            body["hash"] = self.hash
-        return body
 
     @property
     def hash(self) -> str:
@@ -84,7 +90,7 @@ class Plan:
         Keys are sorted, except the domain's: its attribute order is part of the plan, so
         it is hashed as a list of ``[name, size]`` pairs.
         """
-        body = self.to_dict(with_hash=False)
+        body = self._content()
         body["domain"] = [[a, s] for a, s in body["domain"].items()]
         canon = json.dumps(body, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canon.encode()).hexdigest()
@@ -110,7 +116,7 @@ class Plan:
                 epsilon=float(_typed(spec, "epsilon", float)),
                 domain=Domain.from_dict(spec["domain"]),
                 groups=tuple(GroupSpec.from_dict(g) for g in spec["groups"]),
-                params=dict(spec.get("params", {})),
+                params=copy.deepcopy(dict(spec.get("params", {}))),
                 version=version,
             )
         except (KeyError, TypeError, ValueError) as exc:

@@ -27,7 +27,9 @@ POST     /campaigns                          admin     create ``{"id", "plan", "
 GET      /campaigns                          analyst   the campaigns (without: public ones)
 POST     /campaigns/{id}/close               admin     no more assignments or reports
 POST     /campaigns/{id}/phase2              admin     close an adaptive campaign's phase 1,
-                                                       open ``{id}.phase2`` (:mod:`.phases`)
+                                                       open ``{id}.phase2`` (:mod:`.phases`;
+                                                       ``{"users", "settings"}``, both
+                                                       optional: settings over phase 1's)
 GET      /campaigns/{id}/plan                          the public plan (with its hash)
 GET      /campaigns/{id}/assignment                    a group and its single-use ticket
                                                        (``?count=`` for many)
@@ -73,7 +75,7 @@ from . import answer_domain
 from .admission import PlanRejected, admit_plan, check_structure
 from .errors import ServiceError, add_error_handlers, responses
 from .limits import BodyReader, RateLimiter, source_of
-from .phases import is_phase_one, phase_two_name, phase_two_plan
+from .phases import check_phase_one, earlier_phases, is_phase_one, phase_two_name, phase_two_plan
 from .releases import Release, Releases, marginal_answer
 from .settings import CampaignSettings
 from .store import Campaign, Store, open_store
@@ -452,7 +454,8 @@ def _add_campaign_endpoints(app: Any, fa: Any, agg: Aggregator, guards: Any) -> 
             raise ServiceError(422, "invalid_settings", str(exc)) from None
         try:
             plan = await run_in_threadpool(admit_plan, spec)
-        except PlanRejected as exc:
+            await run_in_threadpool(earlier_phases, the_store, plan)  # phase 2: its phase 1
+        except DPMarginalsError as exc:
             raise ServiceError(422, "invalid_plan", str(exc)) from None
         try:
             campaign, created = await run_in_threadpool(the_store.create_campaign, name, plan,
@@ -517,11 +520,14 @@ def _add_campaign_endpoints(app: Any, fa: Any, agg: Aggregator, guards: Any) -> 
         if not re.fullmatch(CAMPAIGN_PATTERN, name):
             raise ServiceError(422, "invalid_request", f"phase 2's id {name!r} would be longer "
                                "than 64 characters")
+        given = body.get("settings")  # over phase 1's settings, which phase 2 inherits
         try:
-            settings = (found.settings if body.get("settings") is None
-                        else CampaignSettings.from_dict(body["settings"]))
+            settings = (found.settings if given is None else CampaignSettings.from_dict(
+                {**found.settings.to_dict(), **given} if isinstance(given, dict) else given))
         except DPMarginalsError as exc:
             raise ServiceError(422, "invalid_settings", str(exc)) from None
+        await run_in_threadpool(_check_phase_two_opens, the_store, found, name, settings,
+                                given is None)
         await run_in_threadpool(the_store.close_campaign, found)
         counts = await run_in_threadpool(the_store.counts, found)
         try:
@@ -540,6 +546,27 @@ def _add_campaign_endpoints(app: Any, fa: Any, agg: Aggregator, guards: Any) -> 
                              "predicted_sse": plan.params.get("predicted_sse"),
                              "settings": second.settings.to_dict()},
                             status_code=201 if created else 200)
+
+
+def _check_phase_two_opens(store: Store, found: Campaign, name: str,
+                           settings: CampaignSettings, inherited: bool) -> None:
+    """What would make phase 2 fail, checked before phase 1 is closed (closing is final):
+    settings already expired, the name taken by another campaign, a group without reports
+    (counts only grow, so this holds after closing too)."""
+    if settings.expired():
+        raise ServiceError(422, "invalid_settings", f"phase 2 would open already expired "
+                           f"(expires_at = {settings.expires_at!r} has passed"
+                           + ("; phase 1's settings are inherited" if inherited else "")
+                           + '): give phase 2 {"settings": {"expires_at": ...}} (campaign '
+                           "phase2 --expires WHEN)")
+    taken = store.campaign(name)
+    if taken is not None and taken.plan.params.get("phase1_hash") != found.plan.hash:
+        raise ServiceError(409, "campaign_exists", f"campaign {name!r} exists and is not "
+                           f"phase 2 of {found.name!r} (its plan is {taken.plan.hash})")
+    try:
+        check_phase_one(found.plan, store.counts(found))
+    except DPMarginalsError as exc:
+        raise ServiceError(422, "no_phase_two", str(exc)) from None
 
 
 def _add_client_endpoints(app: Any, fa: Any, agg: Aggregator, guards: Any) -> None:

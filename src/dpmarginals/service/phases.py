@@ -19,8 +19,8 @@ from ..core.errors import DPMarginalsError
 from ..protocol.counts import Counts
 from ..protocol.plan import Plan
 
-__all__ = ["PHASE2_SUFFIX", "earlier_phases", "is_phase_one", "phase_two_name",
-           "phase_two_plan"]
+__all__ = ["PHASE2_SUFFIX", "check_phase_one", "earlier_phases", "is_phase_one",
+           "phase_two_name", "phase_two_plan"]
 
 PHASE2_SUFFIX = ".phase2"
 
@@ -33,6 +33,13 @@ def is_phase_one(plan: Plan) -> bool:
 def phase_two_name(campaign: str) -> str:
     """The id of phase 1 ``campaign``'s phase-2 campaign."""
     return campaign + PHASE2_SUFFIX
+
+
+def check_phase_one(plan1: Plan, counts1: Counts) -> None:
+    """Raise unless phase 2 can be planned from phase 1's counts (every group reported)."""
+    from ..local.adaptive import check_phase_one as check
+
+    check(plan1, counts1)
 
 
 def _method(plan: Plan) -> Any:

@@ -43,8 +43,8 @@ import numpy as np
 from ..core.errors import DPMarginalsError
 from .stderr import GroupInfo, analytic_std, covering_groups, groups_of
 
-__all__ = ["RANGE_CELLS", "Z95", "Interval", "interval", "linear_synopsis", "measured_range",
-           "pooled_estimate", "with_uncertainty"]
+__all__ = ["RANGE_CELLS", "RANGE_WORK", "Z95", "Interval", "interval", "linear_synopsis",
+           "measured_range", "pooled_estimate", "with_uncertainty"]
 
 #: The two-sided 95% normal quantile.
 Z95 = 1.959964
@@ -53,6 +53,13 @@ Z95 = 1.959964
 #: attributes measured with it as fit): 4096 cells keep a 3-way query's 2 x 27 linear
 #: programs to a few seconds.
 RANGE_CELLS = 4096
+
+#: The most (query cells) x (joint-table cells) :func:`measured_range` solves linear
+#: programs for (two per query cell, each over the joint table): the joint table shrinks
+#: towards the query to fit, and a query of more than ``sqrt(RANGE_WORK)`` cells gets the
+#: cheap, wider bounds of its measured sub-tables instead (a 64 x 64 pair would take 8,192
+#: programs; a 64^3 triple, gigabytes).
+RANGE_WORK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -145,6 +152,7 @@ class MeasuredRange:
     support: tuple[str, ...]   # the attributes of the joint table optimized over
     z: float                   # how many standard errors each measured cell could move
     recorded: bool             # from the groups' raw estimates (else the released tables)
+    coarse: bool = False       # the query was too large for the programs: sub-table bounds
 
 
 def measured_range(synopsis: Any, attrs: Sequence[str], *, z: float = Z95,
@@ -161,6 +169,9 @@ def measured_range(synopsis: Any, attrs: Sequence[str], *, z: float = Z95,
     range stays valid (only wider).  Noisy tables can contradict each other: when the
     least t for which some table is within t standard errors of every measured one
     exceeds z, z becomes ``sqrt(z^2 + t^2)``.
+
+    The work is bounded by :data:`RANGE_WORK`: beyond it each cell's range is [0, the
+    least of ``m_S + z sd_S`` over the measured sub-tables S of the query] (``coarse``).
     """
     from scipy.optimize import linprog
     from scipy.sparse import csr_matrix, hstack, vstack
@@ -168,13 +179,14 @@ def measured_range(synopsis: Any, attrs: Sequence[str], *, z: float = Z95,
     sizes = _sizes(synopsis)
     groups = groups_of(synopsis)
     query = tuple(attrs)
-    support = _support(query, groups, sizes, max_cells)
-    shape = tuple(sizes[a] for a in support)
-    measured = {tuple(a for a in support if a in sub)
-                for g in groups for j in range(1, len(g.attributes) + 1)
-                for sub in combinations(g.attributes, j)} - {()}
+    qcells = math.prod(sizes[a] for a in query)
     linear = linear_synopsis(synopsis)
     source = synopsis if linear is None else linear
+    if qcells * qcells > RANGE_WORK:
+        return _sub_table_bounds(source, query, groups, sizes, z, linear is not None)
+    support = _support(query, groups, sizes, min(max_cells, RANGE_WORK // qcells))
+    shape = tuple(sizes[a] for a in support)
+    measured = _measured_sets(support, groups)
     rows, centre, spread = [], [], []
     for s in sorted(measured, key=lambda t: (len(t), t)):
         est, sd = pooled_estimate(source, s)
@@ -208,6 +220,28 @@ def measured_range(synopsis: Any, attrs: Sequence[str], *, z: float = Z95,
     return MeasuredRange(np.clip(lower, 0, 1).reshape(qshape),
                          np.clip(upper, 0, 1).reshape(qshape), support, z,
                          linear is not None)
+
+
+def _measured_sets(support: tuple[str, ...], groups: Sequence[GroupInfo]
+                   ) -> set[tuple[str, ...]]:
+    """Every non-empty set of ``support``'s attributes some group measured together."""
+    return {tuple(a for a in support if a in sub)
+            for g in groups for j in range(1, len(g.attributes) + 1)
+            for sub in combinations(g.attributes, j)} - {()}
+
+
+def _sub_table_bounds(source: Any, query: tuple[str, ...], groups: Sequence[GroupInfo],
+                      sizes: dict[str, int], z: float, recorded: bool) -> MeasuredRange:
+    """:func:`measured_range` without programs: a cell is at most any measured sub-table's
+    cell (within ``z`` of its standard errors) and at least 0."""
+    qshape = tuple(sizes[a] for a in query)
+    upper = np.ones(qshape)
+    for s in _measured_sets(query, groups):
+        est, sd = pooled_estimate(source, s)
+        shape = tuple(sizes[a] if a in s else 1 for a in query)
+        upper = np.minimum(upper, (est + z * sd).reshape(shape))
+    return MeasuredRange(np.zeros(qshape), np.clip(upper, 0, 1), query, z, recorded,
+                         coarse=True)
 
 
 def _shrinks(synopsis: Any) -> bool:
@@ -250,7 +284,10 @@ def interval(synopsis: Any, attrs: Sequence[str], values: np.ndarray, std: np.nd
                 "± 1.96 std is narrower but assumes an interaction like the measured ones' "
                 "and covers 95% only on average over queries"
                 + ("" if allowed.recorded else "; this synopsis did not record its groups' raw "
-                   "estimates, so its released tables stand in for them"))
+                   "estimates, so its released tables stand in for them")
+                + ("; the query has too many cells for the exact range, so each cell's range "
+                   "is 0 to the least its measured sub-tables allow, which is wider"
+                   if allowed.coarse else ""))
     return Interval(np.clip(lower, 0.0, 1.0), np.clip(upper, 0.0, 1.0), note)
 
 
