@@ -37,6 +37,8 @@ def _toy_tasks(quick: bool) -> list[dict]:
 def _toy_run(task: dict, seed: int) -> list[dict]:
     if os.environ.get("TOY_FAIL_AT") == str(task["cell"]):
         raise RuntimeError("interrupted")
+    if os.environ.get("TOY_KILL_AT") == str(task["cell"]):
+        os._exit(1)  # a worker that dies (out of memory, a crash in native code)
     gen = np.random.default_rng(seed_for(seed, "toy", task["cell"]))
     return [{"panel": "p", "dataset": "toy", "n": 10, "d": 2, "k": 1, "epsilon": 0.5,
              "method": m, "repeat": task["repeat"], "status": "ok", "reason": "",
@@ -99,6 +101,27 @@ def test_resume_after_an_interrupt(tmp_path, monkeypatch):
     assert again.tasks_run == 0
     fresh = run_experiment(TOY, tmp_path, jobs=1, seed=1, fresh=True, progress=False)
     assert fresh.tasks_run == 12
+
+
+def test_a_worker_that_dies_fails_its_task_alone(tmp_path, monkeypatch):
+    ref = run_experiment(TOY, tmp_path / "ref", jobs=1, seed=3, progress=False)
+    expected = _numbers(ref.results)
+    monkeypatch.setenv("TOY_KILL_AT", "4")  # only ever in a worker: jobs=2
+    res = run_experiment(TOY, tmp_path, jobs=2, seed=3, progress=False)
+    frame = pd.read_csv(res.results)
+    failed = frame[frame["status"] == "failed"]
+    assert list(failed["task"]) == ["toy|cell=4|seed=3"]
+    assert "worker process died" in failed["reason"].iloc[0]
+    ok = frame[frame["status"] == "ok"]
+    assert ok["task"].nunique() == 11  # every other task ran, in spite of the broken pool
+    pd.testing.assert_frame_equal(
+        ok.drop(columns=TIMING).reset_index(drop=True),
+        expected[expected["task"] != "toy|cell=4|seed=3"].reset_index(drop=True),
+        check_dtype=False)  # the failed row's empty cells make some columns float
+    monkeypatch.delenv("TOY_KILL_AT")
+    resumed = run_experiment(TOY, tmp_path, jobs=2, seed=3, progress=False)
+    assert resumed.tasks_run == 1  # the failed task is tried again
+    pd.testing.assert_frame_equal(_numbers(resumed.results), expected, check_dtype=False)
 
 
 def test_a_row_cut_short_drops_its_task(tmp_path):

@@ -12,7 +12,10 @@ draw the figure(s) and the markdown summary from all rows.  :func:`run_experimen
   key)`` (:func:`seed_for`), so no result depends on ``jobs`` or on the order in which
   tasks finish; the file is rewritten in grid order at the end, so two runs with the same
   seed write the same numbers (only the ``seconds`` timing column differs);
-* shows a tqdm progress bar on stderr (hidden when stderr is not a terminal).
+* shows a tqdm progress bar on stderr (hidden when stderr is not a terminal);
+* survives a worker process that dies (out of memory, a crash in native code): the tasks
+  it may have been running are run again one at a time, and one that kills its worker
+  alone is recorded with status ``"failed"`` and the reason (retried on the next resume).
 
 >>> ss = seed_for(0, "data", "msnbc", 65536)
 >>> ss.entropy == seed_for(0, "data", "msnbc", 65536).entropy
@@ -33,7 +36,8 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -197,6 +201,67 @@ def _pool(jobs: int) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(max_workers=jobs, mp_context=ctx)
 
 
+#: Status of a task whose worker process died when it ran alone (retried on resume).
+FAILED = "failed"
+
+
+def _failed_row(task: Task, columns: Sequence[str]) -> Row:
+    fields = {c: v for c, v in task.items() if c in columns and np.isscalar(v)}
+    return {**fields, "status": FAILED,
+            "reason": "its worker process died (out of memory, or a crash in native code)"}
+
+
+def _run_isolated(run_task: Callable[[Task, int], list[Row]], task: Task, seed: int,
+                  columns: Sequence[str]) -> tuple[str, list[Row]]:
+    """``task`` alone in a fresh worker: its rows, or a failed row if the worker dies."""
+    with _pool(1) as pool:
+        try:
+            key, rows, _ = pool.submit(_call, run_task, task, seed).result()
+        except BrokenProcessPool:
+            return task["key"], [_failed_row(task, columns)]
+    return key, rows
+
+
+def _run_parallel(run_task: Callable[[Task, int], list[Row]], todo: Sequence[Task], seed: int,
+                  jobs: int, columns: Sequence[str],
+                  record: Callable[[str, list[Row]], None]) -> None:
+    """Run ``todo`` over ``jobs`` workers.  When a worker dies the pool breaks: the tasks
+    seen running are re-run one at a time (:func:`_run_isolated`), the rest in a new pool."""
+    queue = list(todo)
+    while queue:
+        with _pool(jobs) as pool:
+            futures = {pool.submit(_call, run_task, t, seed): t for t in queue}
+            pending, running, recorded = set(futures), set(), set()
+            try:
+                while pending:
+                    running |= {f for f in pending if f.running()}
+                    finished, pending = wait(pending, timeout=0.5,
+                                             return_when=FIRST_COMPLETED)
+                    for fut in finished:
+                        key, rows, _ = fut.result()
+                        record(key, rows)
+                        recorded.add(fut)
+                queue = []
+            except BrokenProcessPool:
+                broken = []
+                for fut in futures:
+                    if fut in recorded:
+                        continue
+                    if fut.done() and fut.exception() is None:  # finished before the break
+                        key, rows, _ = fut.result()
+                        record(key, rows)
+                    else:
+                        broken.append(fut)
+                suspects = [f for f in broken if f in running] or broken[:1]
+                for fut in suspects:
+                    record(*_run_isolated(run_task, futures[fut], seed, columns))
+                queue = [futures[f] for f in broken if f not in suspects]
+            except BaseException:
+                for fut in pending:
+                    fut.cancel()
+                raise
+
+
 def _progress(total: int, name: str, show: bool | None) -> Any:
     from tqdm import tqdm
 
@@ -243,6 +308,8 @@ def run_experiment(
     if fresh and results.exists():
         results.unlink()
     done = load_results(results, columns)
+    if len(done):  # a task whose worker died is tried again
+        done = done[~done["task"].isin(done.loc[done["status"] == FAILED, "task"])]
     done_keys = set(done["task"]) if len(done) else set()
     todo = [t for t in keyed if t["key"] not in done_keys]
     # Rewrite the file from the complete rows (drops any row cut short by an interrupt).
@@ -268,19 +335,7 @@ def run_experiment(
                     key, rows, _ = _call(experiment.run_task, t, seed)
                     record(key, rows)
             else:
-                with _pool(jobs) as pool:
-                    pending: set[Future] = {pool.submit(_call, experiment.run_task, t, seed)
-                                            for t in todo}
-                    try:
-                        while pending:
-                            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                            for fut in finished:
-                                key, rows, _ = fut.result()
-                                record(key, rows)
-                    except BaseException:
-                        for fut in pending:
-                            fut.cancel()
-                        raise
+                _run_parallel(experiment.run_task, todo, seed, jobs, columns, record)
     finally:
         bar.close()
 
