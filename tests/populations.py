@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from dpmarginals import Dataset, Domain
 
@@ -38,3 +39,18 @@ def random_network(n: int, sizes: tuple[int, ...] = (3, 4, 3, 2, 4, 3), *, seed:
         cdf = np.cumsum(cpt, axis=1)[config]
         codes[:, j] = np.minimum((rows.random(n)[:, None] > cdf).sum(axis=1), size - 1)
     return Dataset(codes, Domain(tuple(f"a{j}" for j in range(d)), tuple(sizes)))
+
+
+def people(n: int, seed: int = 0, *, smoker: bool = True) -> pd.DataFrame:
+    """Correlated people with the user's own labels: income follows education (phd: 60%
+    high, else 10%); sex, age and (``smoker``) smoking are independent.  The smoker column
+    is drawn last, so the other columns do not depend on it."""
+    rng = np.random.default_rng(seed)
+    edu = rng.choice(["school", "college", "phd"], n, p=[0.5, 0.4, 0.1])
+    rich = np.where(edu == "phd", 0.6, 0.1)
+    income = np.where(rng.random(n) < rich, "high", rng.choice(["low", "mid"], n))
+    frame = pd.DataFrame({"education": edu, "income": income, "sex": rng.choice(["f", "m"], n),
+                          "age": rng.integers(18, 90, n)})
+    if smoker:
+        frame["smoker"] = rng.choice(["no", "yes"], n)
+    return frame

@@ -22,6 +22,7 @@ from dpmarginals import Dataset, Domain, load_release, load_synopsis, make, rele
 from dpmarginals.central.accounting import rdp_epsilon, zcdp_epsilon, zcdp_rho
 from dpmarginals.core.errors import DPMarginalsError
 from dpmarginals.inference.pgm import GraphicalModel
+from populations import people as population
 
 pytest.importorskip("opendp.extras.mbi")
 pytest.importorskip("polars")
@@ -33,13 +34,7 @@ DOMAIN = {"education": ["school", "college", "phd"], "income": ["low", "mid", "h
 
 
 def people(n: int = 3000, seed: int = 0) -> pd.DataFrame:
-    """Correlated people: income follows education."""
-    rng = np.random.default_rng(seed)
-    edu = rng.choice(["school", "college", "phd"], n, p=[0.5, 0.4, 0.1])
-    rich = np.where(edu == "phd", 0.6, 0.1)
-    income = np.where(rng.random(n) < rich, "high", rng.choice(["low", "mid"], n))
-    return pd.DataFrame({"education": edu, "income": income, "sex": rng.choice(["f", "m"], n),
-                         "age": rng.integers(18, 90, n)})
+    return population(n, seed, smoker=False)
 
 
 @pytest.fixture(scope="module")

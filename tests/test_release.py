@@ -21,19 +21,14 @@ from dpmarginals import CALM, Dataset, Domain, load_synopsis, make, release
 from dpmarginals.core.errors import DPMarginalsError, PrivacyLeakWarning
 from dpmarginals.core.provenance import NotPrivateWarning
 from dpmarginals.core.randomness import SecureRandom
+from populations import people as population
 
 DOMAIN = {"education": ["school", "college", "phd"], "income": ["low", "mid", "high"],
           "sex": ["f", "m"], "age": {"bins": [18, 30, 45, 65, 90]}, "smoker": ["no", "yes"]}
 
 
 def people(n: int = 4000, seed: int = 0) -> pd.DataFrame:
-    """Correlated people: income follows education."""
-    rng = np.random.default_rng(seed)
-    edu = rng.choice(["school", "college", "phd"], n, p=[0.5, 0.4, 0.1])
-    rich = np.where(edu == "phd", 0.6, 0.1)
-    income = np.where(rng.random(n) < rich, "high", rng.choice(["low", "mid"], n))
-    return pd.DataFrame({"education": edu, "income": income, "sex": rng.choice(["f", "m"], n),
-                         "age": rng.integers(18, 90, n), "smoker": rng.choice(["no", "yes"], n)})
+    return population(n, seed)
 
 
 @pytest.fixture

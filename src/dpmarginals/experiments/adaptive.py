@@ -24,7 +24,14 @@ from ..local.adaptive import Adaptive
 from ..local.calm import CALM
 from ..local.collect import collect
 from ..local.error_sources import noiseless_views, population_views
-from .beyond_calm import PANELS, error_shares, mean_sse, not_run_lines, same_users_ratios
+from .beyond_calm import (
+    PANELS,
+    error_shares,
+    mean_sse,
+    not_run_lines,
+    same_users_ratios,
+    seconds_lines,
+)
 from .calm_figures import DATA_LABEL, MAX_D, sse_plot, sse_tasks, task_fields
 from .common import evaluate_synopsis, not_run, query_set, sample_users, truths
 from .runner import Experiment, seed_for
@@ -144,11 +151,7 @@ def _summary(frame: pd.DataFrame, quick: bool) -> str:
                   f"{ratios.min():.2f}, worst {ratios.max():.2f}; below 1 in "
                   f"{int((ratios < 1).sum())}, at most {TARGET} in "
                   f"{int((ratios <= TARGET).sum())}."]
-    ok = frame[(frame["status"] == "ok") & (frame["method"] == "adaptive")]
-    if len(ok):
-        lines += ["", f"Adaptive plan + collection + inference: mean {ok['seconds'].mean():.1f} s,"
-                  f" max {ok['seconds'].max():.1f} s per run (CALM's: "
-                  f"{frame.loc[frame['method'] == 'calm', 'seconds'].mean():.2f} s)."]
+    lines += seconds_lines(frame, "adaptive", "Adaptive plan + collection + inference", "run")
     lines += not_run_lines(frame)
     return "\n".join(lines) + "\n"
 

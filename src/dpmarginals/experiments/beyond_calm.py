@@ -36,7 +36,7 @@ from .runner import Experiment, seed_for
 from .summaries import Check, checks_markdown, fmt
 
 __all__ = ["BEYOND_CALM_EXPERIMENTS", "error_shares", "mean_sse", "not_run_lines",
-           "same_users_ratios"]
+           "same_users_ratios", "seconds_lines"]
 
 METHODS = ("calm", "calm-pgm")
 PANELS = {"kosarak": FIG4_PANELS, "msnbc": FIG4_PANELS, **FIG5_PANELS}
@@ -140,6 +140,15 @@ def error_shares(sources: dict[str, float] | None) -> str:
     return " / ".join(f"{100 * max(v, 0.0) / total:.0f}%" for v in sources.values())
 
 
+def seconds_lines(frame: pd.DataFrame, method: str, label: str, per: str) -> list[str]:
+    """The summary's timing line: ``method``'s mean and max seconds next to CALM's mean."""
+    ok = frame[(frame["status"] == "ok") & (frame["method"] == method)]
+    if not len(ok):
+        return []
+    return ["", f"{label}: mean {ok['seconds'].mean():.1f} s, max {ok['seconds'].max():.1f} s "
+            f"per {per} (CALM's: {frame.loc[frame['method'] == 'calm', 'seconds'].mean():.2f} s)."]
+
+
 def not_run_lines(frame: pd.DataFrame) -> list[str]:
     """The summary's "Not run" line: each reason and its count of rows."""
     rows = frame[frame["status"] != "ok"]
@@ -171,11 +180,7 @@ def _summary(frame: pd.DataFrame, quick: bool) -> str:
                      f"{fmt(row['calm-pgm'])} | **{row['ratio']:.2f}** | "
                      f"{error_shares(row['calm sources'])} | "
                      f"{error_shares(row['calm-pgm sources'])} |")
-    ok = frame[(frame["status"] == "ok") & (frame["method"] == "calm-pgm")]
-    if len(ok):
-        lines += ["", f"calm-pgm inference: mean {ok['seconds'].mean():.1f} s, max "
-                  f"{ok['seconds'].max():.1f} s per release (CALM's: "
-                  f"{frame.loc[frame['method'] == 'calm', 'seconds'].mean():.2f} s)."]
+    lines += seconds_lines(frame, "calm-pgm", "calm-pgm inference", "release")
     lines += not_run_lines(frame)
     return "\n".join(lines) + "\n"
 
