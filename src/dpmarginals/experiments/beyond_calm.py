@@ -26,12 +26,13 @@ from .calm_figures import (
     DATA_LABEL,
     FIG4_PANELS,
     FIG5_PANELS,
-    MAX_D,
     sse_plot,
     sse_tasks,
     task_fields,
+    task_users,
+    too_few_attributes,
 )
-from .common import evaluate_synopsis, not_run, query_set, sample_users, truths
+from .common import evaluate_synopsis, not_run
 from .runner import Experiment, seed_for
 from .summaries import Check, checks_markdown, fmt
 
@@ -62,12 +63,10 @@ def mean_sse(synopsis: Any, exact: dict) -> float:
 
 def _run(task: dict[str, Any], seed: int) -> list[dict[str, Any]]:
     ds, n, d, k, r = task["dataset"], task["n"], task["d"], task["k"], task["repeat"]
-    if d > MAX_D.get(ds, d):
-        reason = f"{ds} has only {MAX_D[ds]} attributes"
-        return [not_run(reason, **task_fields(task), epsilon=e, method=m)
-                for e in task["eps"] for m in METHODS]
-    data = sample_users(ds, d, n, seed, r)
-    exact = truths(data, query_set(data.domain, k, task["queries"], seed, ds, n, d, k, r))
+    skipped = too_few_attributes(task, METHODS)
+    if skipped:
+        return skipped
+    data, exact = task_users(task, seed)
     rows: list[dict[str, Any]] = []
     for eps in task["eps"]:
         fields = task_fields(task, epsilon=eps)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..core.dataset import Dataset
 from ..core.errors import DPMarginalsError
 from .common import (
     EPS_CALM,
@@ -63,6 +64,25 @@ def task_fields(task: dict[str, Any], **more: Any) -> dict[str, Any]:
             "k": task["k"], "repeat": task["repeat"], **more}
 
 
+def too_few_attributes(task: dict[str, Any], methods: Sequence[str], why: str = ""
+                       ) -> list[dict[str, Any]]:
+    """Not-run rows for every (eps, method) of a task asking more attributes than its data
+    set has (``why`` is added to the reason); none when it fits."""
+    ds, d = task["dataset"], task["d"]
+    if d <= MAX_D.get(ds, d):
+        return []
+    reason = f"{ds} has only {MAX_D[ds]} attributes" + (f" ({why})" if why else "")
+    return [not_run(reason, **task_fields(task), epsilon=e, method=m)
+            for e in task["eps"] for m in methods]
+
+
+def task_users(task: dict[str, Any], seed: int) -> tuple[Dataset, dict]:
+    """The task's sampled users and the exact answers to its random k-way queries."""
+    ds, n, d, k, r = task["dataset"], task["n"], task["d"], task["k"], task["repeat"]
+    data = sample_users(ds, d, n, seed, r)
+    return data, truths(data, query_set(data.domain, k, task["queries"], seed, ds, n, d, k, r))
+
+
 # -- Figures 4 and 5: SSE vs. epsilon -------------------------------------------------------
 FIG4_PANELS = ((16, 8, 3), (16, 16, 3), (16, 32, 3), (18, 16, 6), (18, 32, 6), (18, 32, 8))
 FIG4_METHODS = ("calm", "fc", "am", "ft", "em", "uni")
@@ -105,13 +125,11 @@ def sse_tasks(name: str, panels: dict[str, Sequence[tuple[int, int, int]]],
 def _sse_run(task: dict[str, Any], seed: int) -> list[dict[str, Any]]:
     ds, n, d, k, r = task["dataset"], task["n"], task["d"], task["k"], task["repeat"]
     rows: list[dict[str, Any]] = []
-    if d > MAX_D.get(ds, d):
-        reason = (f"{ds} has only {MAX_D[ds]} attributes (the paper's data set had "
-                  f"thousands of items)")
-        return [not_run(reason, **task_fields(task), epsilon=e, method=m)
-                for e in task["eps"] for m in task["methods"]]
-    data = sample_users(ds, d, n, seed, r)
-    exact = truths(data, query_set(data.domain, k, task["queries"], seed, ds, n, d, k, r))
+    skipped = too_few_attributes(task, task["methods"],
+                                 "the paper's data set had thousands of items")
+    if skipped:
+        return skipped
+    data, exact = task_users(task, seed)
     for eps in task["eps"]:
         for meth in task["methods"]:
             if meth == "em" and r >= task.get("em_repeats", r + 1):
@@ -514,8 +532,7 @@ def _fig7_tasks(quick: bool) -> list[dict[str, Any]]:
 
 def _fig7_run(task: dict[str, Any], seed: int) -> list[dict[str, Any]]:
     ds, n, d, k, r = task["dataset"], task["n"], task["d"], task["k"], task["repeat"]
-    data = sample_users(ds, d, n, seed, r)
-    exact = truths(data, query_set(data.domain, k, task["queries"], seed, ds, n, d, k, r))
+    data, exact = task_users(task, seed)
     if task["what"] == "l-vs-m":
         cells = [(0.6, m) for m in task["ms"]]
     else:
@@ -715,8 +732,7 @@ def hash_sets(ident: tuple) -> str:
 
 def _fig8_run(task: dict[str, Any], seed: int) -> list[dict[str, Any]]:
     ds, n, d, k, r = task["dataset"], task["n"], task["d"], task["k"], task["repeat"]
-    data = sample_users(ds, d, n, seed, r)
-    exact = truths(data, query_set(data.domain, k, task["queries"], seed, ds, n, d, k, r))
+    data, exact = task_users(task, seed)
     cache: dict = {}
     rows = []
     key = (ds, n, d, k, r)

@@ -26,7 +26,7 @@ from ..core.errors import DPMarginalsError
 from ..local.adaptive import Adaptive
 from ..local.calm import CALM
 from ..local.collect import group_supports
-from .calm_figures import DATA_LABEL, EPS_CALM, FIG4_PANELS, MAX_D, panel_title
+from .calm_figures import DATA_LABEL, EPS_CALM, FIG4_PANELS, panel_title, too_few_attributes
 from .common import base_dataset, evaluate_synopsis, not_run, query_set, truths
 from .plots import Panel, curve_grid
 from .runner import Experiment, seed_for
@@ -77,9 +77,9 @@ def _row(task: dict[str, Any], eps: float, method: str, synopsis: Any, exact: di
 def _run(task: dict[str, Any], seed: int) -> list[dict[str, Any]]:
     ds, n, d, k, r = task["dataset"], task["n"], task["d"], task["k"], task["repeat"]
     fields = {"panel": task["panel"], "dataset": ds, "n": n, "d": d, "k": k, "repeat": r}
-    if d > MAX_D.get(ds, d):
-        return [not_run(f"{ds} has only {MAX_D[ds]} attributes", **fields, epsilon=e,
-                        method=m) for e in task["eps"] for m in METHODS]
+    skipped = too_few_attributes(task, METHODS)
+    if skipped:
+        return skipped
     data = full_population(ds, d, seed, r)
     exact = truths(data, query_set(data.domain, k, task["queries"], seed, ds, n, d, k, r))
     rows: list[dict[str, Any]] = []
