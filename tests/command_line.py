@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 
 def dpmarginals(*args: object, env: dict[str, str] | None = None,
@@ -24,3 +25,14 @@ def one_error_line(proc: subprocess.CompletedProcess, *words: str) -> str:
     for word in words:
         assert word in lines[0], lines[0]
     return lines[0]
+
+
+def central_ktuples(tmp_path: Path, frame: object) -> Path:
+    """Write ``frame`` (a DataFrame of records) as a CSV and release its k-tuples with
+    ``dpmarginals central`` (eps 2, delta 1e-6, up to pairs); the release's path."""
+    csv, out = tmp_path / "baskets.csv", tmp_path / "k.json"
+    frame.to_csv(csv, index=False)
+    proc = dpmarginals("central", "--data", csv, "--epsilon", 2, "--delta", 1e-6, "--max-k", 2,
+                       "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    return out

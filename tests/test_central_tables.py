@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from command_line import central_ktuples, one_error_line
 from command_line import dpmarginals as cli
-from command_line import one_error_line
 from dpmarginals import Dataset, Domain, load_release, load_synopsis, make, release
 from dpmarginals.central.accounting import rdp_epsilon, zcdp_epsilon, zcdp_rho
 from dpmarginals.core.errors import DPMarginalsError
@@ -220,15 +220,10 @@ def test_run_says_priview_is_central(tmp_path):
 
 # -- the k-tuple release ----------------------------------------------------------------------
 def test_query_answers_one_k_tuple_of_a_central_release(tmp_path):
-    csv = tmp_path / "baskets.csv"
     rng = np.random.default_rng(0)
     frame = pd.DataFrame({"color": rng.choice(["red", "blue"], 3000, p=[0.7, 0.3]),
                           "size": rng.choice(["S", "M"], 3000)})
-    frame.to_csv(csv, index=False)
-    out = tmp_path / "k.json"
-    proc = cli("central", "--data", csv, "--epsilon", 2, "--delta", 1e-6, "--max-k", 2,
-               "--out", out)
-    assert proc.returncode == 0, proc.stderr
+    out = central_ktuples(tmp_path, frame)
     truth = int(((frame["color"] == "red") & (frame["size"] == "S")).sum())
     proc = cli("query", out, "--tuple", "size=S,color=red", "--format", "json")
     assert proc.returncode == 0, proc.stderr

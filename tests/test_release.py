@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from command_line import central_ktuples, one_error_line
 from command_line import dpmarginals as cli
-from command_line import one_error_line
 from dpmarginals import CALM, Dataset, Domain, load_synopsis, make, release
 from dpmarginals.core.errors import DPMarginalsError, PrivacyLeakWarning
 from dpmarginals.core.provenance import NotPrivateWarning
@@ -255,15 +255,10 @@ def test_uniform_measures_nothing():
 
 # -- central k-tuple releases open in query and synthesize -----------------------------------
 def test_query_and_synthesize_open_central_releases(tmp_path):
-    csv = tmp_path / "baskets.csv"
     rng = np.random.default_rng(0)
     frame = pd.DataFrame({"color": rng.choice(["red", "blue"], 3000),
                           "size": rng.choice(["S", "M"], 3000)})
-    frame.to_csv(csv, index=False)
-    out = tmp_path / "k.json"
-    proc = cli("central", "--data", csv, "--epsilon", 2, "--delta", 1e-6, "--max-k", 2,
-               "--out", out)
-    assert proc.returncode == 0, proc.stderr
+    out = central_ktuples(tmp_path, frame)
     body = json.loads(out.read_text())
     assert body["format"] == "dpmarginals.ktuples" and body["privacy"]["private"] is True
     assert body["privacy"]["model"] == "central" and body["privacy"]["delta"] == 1e-6
