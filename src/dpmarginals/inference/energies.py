@@ -11,7 +11,20 @@ posterior mean of the interaction's energy ``||theta||^2`` is
     E[||theta||^2 | r] = sum_k post_k (s_k^2 ||r||^2 + D s_k v),   s_k = g_k / (g_k + v),
 
 with ``D`` the block's coefficients, ``g_k`` the grid of prior variances and ``post_k`` the
-posterior weights.
+posterior weights.  A pair's prior variances are ``g_k`` times its capacity
+(:func:`~dpmarginals.inference.pgm.interaction_capacity`, relative to the mean): two rare
+items cannot interact as strongly as two common ones.
+
+**No calibration downward.**  The fitted prior's mean errs upward when few blocks are
+measured with much noise (its weights cannot go below 0), so the energies overstate weak
+interactions.  For planning that is the cheaper error: a plan that measures a pair it did
+not need costs some noise, one that leaves out a strong pair costs its whole energy.  An
+earlier calibration (simulating phase 1 without interactions and scaling every order down
+to the moment estimate) cut the overstatement (MSNBC d = 16's triples 4.1e-4 -> 1e-5, truth
+9.5e-6) but made the adaptive method's plans worse: on the dev grid of the CALM Fig. 4/5
+settings its geometric-mean ratio to CALM went from 0.539 / 0.534 without to 0.563 / 0.562
+with it.  ``conservative=True`` (below) keeps a downward correction for callers that want
+one.
 
 **The noise of r** is the pooled views' plus what the facets' own error puts into the
 maximum-entropy base: linearised near independence, an error ``delta`` of the facet ``S - a``
@@ -45,7 +58,16 @@ import numpy as np
 from scipy.stats import chi2
 
 from ..core.domain import Domain
-from .pgm import NoisyMarginal, _fit_mixture, _maxent_base, _project, _top, eb_shrink
+from .pgm import (
+    CAPACITY_ORDERS,
+    NoisyMarginal,
+    _fit_mixture,
+    _maxent_base,
+    _project,
+    _top,
+    capacity_scale,
+    eb_shrink,
+)
 
 __all__ = ["InteractionEnergies", "interaction_energies"]
 
@@ -69,6 +91,7 @@ class InteractionEnergies:
 
 def _posterior_energy(r2: float, dims: int, v: float, grid: np.ndarray,
                       weights: np.ndarray) -> float:
+    """``grid``: the block's prior variances (the fitted grid times its capacity scale)."""
     total = v + grid
     loglik = -0.5 * dims * np.log(total) - 0.5 * r2 / total + np.log(np.maximum(weights, 1e-300))
     post = np.exp(loglik - loglik.max())
@@ -125,38 +148,26 @@ def _residuals(domain: Domain, views: Sequence[NoisyMarginal]
 
 
 def interaction_energies(domain: Domain, views: Sequence[NoisyMarginal], *,
-                         null: Sequence[Sequence[NoisyMarginal]] = (),
                          conservative: bool = False) -> InteractionEnergies:
-    """The posterior energies of every interaction the views measure (module docstring).
-
-    ``null``: the same collection simulated from a model without interactions (each a list
-    of views over the same attribute sets).  Each order's modelled noise is rescaled by the
-    mean ratio of the squared residuals there to the model (which calibrates it for the
-    oracles' exact output distributions, the groups' sampling and the facets' error), and
-    every order's energies are scaled down, if need be, to the moment estimate
-    ``mean(||r||^2 - noise)``.
-    """
+    """The posterior energies of every interaction the views measure (module docstring)."""
     measured, shrunk = _residuals(domain, views)
-    ratios: dict[int, list[float]] = {}
-    for other in null:
-        for sub, (resid, model) in _residuals(domain, other)[0].items():
-            ratios.setdefault(len(sub), []).append(float((resid**2).sum()) / (resid.size * model))
-    scale = {order: float(np.mean(r)) for order, r in ratios.items()}
     blocks: dict[int, list[tuple[tuple[str, ...], np.ndarray, float]]] = {}
     for sub, (resid, noise) in measured.items():
-        blocks.setdefault(len(sub), []).append((sub, resid, noise * scale.get(len(sub), 1.0)))
+        blocks.setdefault(len(sub), []).append((sub, resid, noise))
     energy: dict[frozenset[str], float] = {}
     order_energy: dict[int, float] = {}
     for order, items in sorted(blocks.items()):
         resid = [r for _, r, _ in items]
         noise = np.array([v for _, _, v in items])
-        grid, weights, _ = _fit_mixture(resid, noise)
-        values = np.array([_posterior_energy(float((r**2).sum()), r.size, v, grid, weights)
-                           for r, v in zip(resid, noise, strict=True)])
-        if (conservative or null) and len(items) > 1:
+        scale = (capacity_scale([s for s, _, _ in items], [r.size for r in resid],
+                                shrunk.tables) if order in CAPACITY_ORDERS else np.ones(len(items)))
+        grid, weights, _ = _fit_mixture(resid, noise, scale=scale)
+        values = np.array([_posterior_energy(float((r**2).sum()), r.size, v, s * grid, weights)
+                           for r, v, s in zip(resid, noise, scale, strict=True)])
+        if conservative and len(items) > 1:
             dims = np.array([r.size for r in resid], dtype=np.float64)
             excess = np.array([float((r**2).sum()) for r in resid]) - dims * noise
-            spread = excess.std(ddof=1) / math.sqrt(excess.size) if conservative else 0.0
+            spread = excess.std(ddof=1) / math.sqrt(excess.size)
             target = max(float(excess.mean() - spread), 0.0)
             if values.mean() > target:
                 values = values * (target / values.mean())

@@ -11,9 +11,9 @@ the error of candidate plans for the rest of the users and publishes the best:
    the oracle of least variance for its size; phase 1 shows the 1-way marginals and how
    strong the pair and triple interactions are.
 2. **Structure** (:func:`phase_one_structure`): empirical-Bayes estimates of every measured
-   interaction's energy (:func:`dpmarginals.inference.energies.interaction_energies`),
-   their noise calibrated on :data:`NULL_REPEATS` simulations of phase 1 without interactions;
-   the mean per order extrapolates to sets and orders phase 1 did not measure.
+   interaction's energy (:func:`dpmarginals.inference.energies.interaction_energies`, the
+   pairs' prior scaled by their capacity); the mean per order (per unit of capacity for
+   pairs) extrapolates to sets and orders phase 1 did not measure.
 3. **Phase 2** (:meth:`Adaptive.phase_two`): :func:`dpmarginals.planning.optimal.plan_optimal`
    for the remaining users, with phase 1's groups pooled into every candidate's prediction:
    which attribute sets, how many groups (their sizes: a set may repeat), which oracle, to
@@ -30,7 +30,6 @@ full epsilon, so the whole collection is epsilon-LDP for every user.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import time
 from collections.abc import Sequence
@@ -44,6 +43,7 @@ from ..core.domain import Domain
 from ..core.errors import DPMarginalsError, check_choice, check_epsilon, check_k
 from ..core.randomness import RNGLike, simulation_rng
 from ..inference.energies import interaction_energies
+from ..inference.pgm import CAPACITY_ORDERS
 from ..inference.views import NoisyView
 from ..oracles import make_oracle
 from ..planning.covering import balanced_subsets
@@ -65,8 +65,6 @@ PHASE1_FRACTION = 0.25
 #: users do not suffice for one group per pair).
 PHASE1_GROUP_USERS = 256
 INFERENCE = ("shrink", "pgm")
-#: Simulations of phase 1 without interactions that calibrate its noise.
-NULL_REPEATS = 3
 
 
 def check_phase_one(plan1: Plan, counts1: Counts) -> None:
@@ -98,13 +96,22 @@ def calibrated_views(plan: Plan, counts: Counts) -> list[NoisyView]:
 
 
 def phase_one_structure(domain: Domain, views: Sequence[NoisyView], *,
-                        null: Sequence[Sequence[NoisyView]] = (),
                         conservative: bool = False) -> Structure:
-    """What phase 1's reports say about the data, as the planner reads it (``null``: phase
-    1 simulated without interactions, to calibrate the noise; see
-    :func:`~dpmarginals.inference.energies.interaction_energies`)."""
-    est = interaction_energies(domain, views, null=null, conservative=conservative)
-    return Structure(domain, est.marginals, dict(est.energy), dict(est.order_energy), "phase 1")
+    """What phase 1's reports say about the data, as the planner reads it
+    (:func:`~dpmarginals.inference.energies.interaction_energies`).  Pairs phase 1 did not
+    measure get the measured pairs' energy per unit of capacity times their own
+    (:meth:`~dpmarginals.planning.optimal.Structure.capacity_of`)."""
+    est = interaction_energies(domain, views, conservative=conservative)
+    structure = Structure(domain, est.marginals, dict(est.energy), {}, "phase 1",
+                          capacity=CAPACITY_ORDERS)
+    for order, mean in est.order_energy.items():
+        # the measured sets' energy per unit of capacity, times the domain's mean capacity
+        sets = [s for s in est.energy if len(s) == order]
+        held = sum(structure.capacity_of(tuple(s)) for s in sets)
+        structure.order_energy[order] = (
+            sum(est.energy[s] for s in sets) / held * structure.mean_capacity(order)
+            if order in CAPACITY_ORDERS and held > 0 else mean)
+    return structure
 
 
 def shrunk_synopsis(domain: Domain, views: Sequence[NoisyView], method: str,
@@ -248,11 +255,7 @@ class Adaptive:
             raise DPMarginalsError(f"phase 2 has no users left ({users})")
         domain = plan1.domain
         views = calibrated_views(plan1, counts1)
-        gen = np.random.default_rng(_seed(plan1, counts1))
-        singles = _pooled_singles(domain, views)
-        null = [_null_views(plan1, counts1, singles, gen) for _ in range(NULL_REPEATS)]
-        structure = phase_one_structure(domain, views, null=null,
-                                        conservative=self.conservative)
+        structure = phase_one_structure(domain, views, conservative=self.conservative)
         existing = _existing_groups(plan1, views)
         workload = self.workload_for(domain)
         calm = CALM(epsilon=self.epsilon, k=min(self.k, len(domain))).plan(domain, users)
@@ -346,48 +349,6 @@ def _all_k(domain: Domain, k: int) -> Workload:
                for _ in range(4 * MAX_QUERIES)}
     chosen = sorted(queries)[:MAX_QUERIES] if len(queries) > MAX_QUERIES else sorted(queries)
     return Workload(domain, tuple(tuple(domain.attributes[i] for i in q) for q in chosen), k)
-
-
-def _seed(plan: Plan, counts: Counts) -> int:
-    """A seed that is a function of phase 1's plan and counts (so phase 2's plan is too)."""
-    digest = hashlib.sha256(plan.hash.encode())
-    for support in counts.supports:
-        digest.update(np.asarray(support, dtype="<i8").tobytes())
-    digest.update(np.asarray(counts.users, dtype="<i8").tobytes())
-    return int.from_bytes(digest.digest()[:8], "little")
-
-
-def _pooled_singles(domain: Domain, views: Sequence[NoisyView]) -> dict[str, np.ndarray]:
-    """Every attribute's pooled 1-way marginal (clipped to be a distribution)."""
-    from ..inference.pgm import eb_shrink
-
-    tables = eb_shrink(domain, views).tables
-    out = {}
-    for a in domain.attributes:
-        p = np.clip(tables[(a,)], 1e-12, None)
-        out[a] = p / p.sum()
-    return out
-
-
-def _null_views(plan: Plan, counts: Counts, singles: dict[str, np.ndarray],
-                gen: np.random.Generator) -> list[NoisyView]:
-    """Phase 1 again, simulated from the product of its pooled 1-way marginals: the same
-    groups, users and oracles, no interaction."""
-    out = []
-    for spec, users in zip(plan.groups, counts.users, strict=True):
-        if users <= 0:
-            continue
-        p = np.ones(1)
-        for a in spec.attributes:
-            p = np.multiply.outer(p, singles[a])
-        p = (p / p.sum()).ravel()
-        oracle = make_oracle(spec.oracle, spec.epsilon, spec.cells)
-        cells = gen.choice(p.size, size=int(users), p=p)  # simulated users, one report each
-        support = oracle.support(oracle.perturb(cells, rng=gen))
-        est = np.asarray(oracle.estimate(support, int(users)), dtype=np.float64)
-        out.append(NoisyView(spec.attributes, est.reshape(plan.domain.project(
-            spec.attributes).shape), int(users), coefficient_variance(oracle, int(users))))
-    return out
 
 
 def _existing_groups(plan: Plan, views: Sequence[NoisyView]) -> Groups:

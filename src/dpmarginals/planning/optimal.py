@@ -129,6 +129,8 @@ class Structure:
     beyond the largest given decay geometrically by the ratio of the last two (at most 0.5).
     ``lookup``: computes ``E_S`` of a set on demand (a public sample does), else None.
     ``source``: where it came from ("public data", "phase 1", "prior").
+    ``capacity``: orders whose sets not in ``energy`` get the order's mean scaled by their
+    capacity relative to the order's mean capacity (:meth:`capacity_of`), not the mean alone.
     """
 
     domain: Domain
@@ -137,6 +139,7 @@ class Structure:
     order_energy: dict[int, float] = field(default_factory=dict)
     source: str = "prior"
     lookup: Callable[[tuple[str, ...]], float] | None = field(default=None, repr=False)
+    capacity: tuple[int, ...] = ()
 
     def kappa(self, attr: str) -> float:
         """``sum_x p(x)^2`` of the attribute's distribution."""
@@ -170,6 +173,20 @@ class Structure:
             return float(self.order_energy[known[0]])
         return float(self.order_energy[top] * ratio ** (order - top))
 
+    def capacity_of(self, attrs: Sequence[str]) -> float:
+        """``prod_a (1 - kappa_a)``: how much the attributes can interact
+        (:func:`dpmarginals.inference.pgm.interaction_capacity`)."""
+        return math.prod(1.0 - self.kappa(a) for a in attrs)
+
+    def mean_capacity(self, order: int) -> float:
+        """The mean capacity of the order-``order`` sets of the domain (an elementary
+        symmetric polynomial of the ``1 - kappa_a``, over the number of sets)."""
+        poly = np.zeros(order + 1)
+        poly[0] = 1.0
+        for a in self.domain.attributes:
+            poly[1:] = poly[1:] + (1.0 - self.kappa(a)) * poly[:-1]
+        return float(poly[order]) / math.comb(len(self.domain), order)
+
     def energy_of(self, attrs: Sequence[str]) -> float:
         if len(attrs) == 1:
             return self.single_energy(attrs[0])
@@ -178,6 +195,10 @@ class Structure:
             self.energy[key] = float(self.lookup(tuple(attrs)))
         if key in self.energy:
             return self.energy[key]
+        if len(attrs) in self.capacity:
+            mean = self.mean_capacity(len(attrs))
+            if mean > 0:
+                return self.order_mean(len(attrs)) * self.capacity_of(attrs) / mean
         return self.order_mean(len(attrs))
 
     @classmethod
