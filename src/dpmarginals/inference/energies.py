@@ -104,7 +104,7 @@ def _residuals(domain: Domain, views: Sequence[NoisyMarginal]
                ) -> tuple[dict[tuple[str, ...], tuple[np.ndarray, float]], Any]:
     """Every measured set's top-block residual against the max-entropy base of its shrunk
     facets, with its modelled noise per coefficient; and the shrinkage result."""
-    shrunk = eb_shrink(domain, views)
+    shrunk = eb_shrink(domain, views, capacity=CAPACITY_ORDERS)
     sizes = dict(zip(domain.attributes, domain.sizes, strict=True))
     canon = []
     for v in views:

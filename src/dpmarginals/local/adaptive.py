@@ -20,9 +20,10 @@ the error of candidate plans for the rest of the users and publishes the best:
    minimise the workload's predicted noise + sampling + reconstruction error.
 4. **Inference** pools both phases' views (their variances the oracles' exact coefficient
    variances): empirical-Bayes shrinkage of every measured interaction
-   (:func:`dpmarginals.inference.pgm.eb_shrink`), then CALM's consistency + Norm-Sub and
-   maximum entropy (``inference="shrink"``, numpy only), or the graphical model
-   (``inference="pgm"``, the optional extra).
+   (:func:`dpmarginals.inference.pgm.eb_shrink`, the pairs' prior scaled by capacity),
+   then CALM's consistency + Norm-Sub and maximum entropy (``inference="shrink"``, numpy
+   only), or the graphical model (``inference="pgm"``, the optional extra; its shrinkage
+   keeps calm-pgm's exchangeable prior).
 
 Phase 2 is post-processing of phase 1's private reports and every user reports once, at the
 full epsilon, so the whole collection is epsilon-LDP for every user.
@@ -125,7 +126,7 @@ def shrunk_synopsis(domain: Domain, views: Sequence[NoisyView], method: str,
     """
     from ..inference.pgm import eb_shrink
 
-    shrunk = eb_shrink(domain, views)
+    shrunk = eb_shrink(domain, views, capacity=CAPACITY_ORDERS)
     sets = {tuple(sorted(v.attributes, key=domain.index)) for v in views}
     maximal = sorted((s for s in sets if not any(set(s) < set(o) for o in sets)),
                      key=lambda s: (len(s), s))
