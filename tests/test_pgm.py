@@ -99,6 +99,26 @@ def test_shrinkage_keeps_strong_signal_and_removes_pure_noise():
     assert len(select_cliques(sets, small, keep=0.5)) == len(sets)
 
 
+def test_known_energies_set_each_blocks_factor():
+    """``energies=``: a block of known energy E and noise N keeps E / (E + N) of its
+    residual, whatever the fitted prior says (the planner's assumption)."""
+    data = chain_data(20_000, 4, seed=3)
+    sets = list(itertools.combinations(data.domain.attributes, 2))
+    views = noisy_views(data, sets, 1e-3, np.random.default_rng(1))
+    fitted = eb_shrink(data.domain, views)
+    energy = {s: 0.01 * (i + 1) for i, s in enumerate(sets)}
+    known = eb_shrink(data.domain, views, energies=lambda s: energy.get(s, 0.0))
+    for s in sets:
+        block = known.noise[s]  # binary pairs: one coefficient
+        assert known.factor[s] == pytest.approx(energy[s] / (energy[s] + block))
+        assert known.factor[s] != pytest.approx(fitted.factor[s])
+    nothing = eb_shrink(data.domain, views, energies=lambda s: 0.0)
+    for s in sets:  # no interaction: the pair is the product of its shrunk 1-way marginals
+        np.testing.assert_allclose(nothing.tables[s], np.outer(nothing.tables[(s[0],)],
+                                                               nothing.tables[(s[1],)]),
+                                   atol=1e-12)
+
+
 def test_shrinkage_rejects_no_views_and_bad_variance():
     dom = Domain(("a", "b"), (2, 2))
     with pytest.raises(DPMarginalsError, match="at least one"):

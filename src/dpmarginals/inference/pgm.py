@@ -285,14 +285,18 @@ def _canonical(domain: Domain, attrs: Sequence[str]) -> tuple[str, ...]:
 
 
 def eb_shrink(domain: Domain, views: Sequence[NoisyMarginal], *,
-              first_order: bool = True, capacity: Sequence[int] = ()) -> ShrinkResult:
+              first_order: bool = True, capacity: Sequence[int] = (),
+              energies: Callable[[tuple[str, ...]], float] | None = None) -> ShrinkResult:
     """Pool, then shrink every marginal's top-order interaction toward max-entropy.
 
     ``views``: the unbiased noisy marginals with their per-cell noise variance (f -> 0 form,
     as :class:`~dpmarginals.inference.views.NoisyView` carries it).  ``first_order=False``
     leaves the 1-way marginals unshrunk (pooled only).  ``capacity``: orders whose prior
     scales with each set's capacity (:func:`capacity_scale`; the adaptive method passes
-    :data:`CAPACITY_ORDERS`).
+    :data:`CAPACITY_ORDERS`).  ``energies``: known interaction energies (e.g. a public
+    sample's, :meth:`~dpmarginals.planning.optimal.Structure.energy_of`): each block is then
+    shrunk by ``E / (E + D v)``, the factor the planner's prediction assumes, instead of the
+    fitted prior's posterior (``benchmarks/adaptive_headroom.py`` measures what that is worth).
     """
     if not views:
         raise DPMarginalsError("graphical-model inference needs at least one noisy view")
@@ -344,6 +348,11 @@ def eb_shrink(domain: Domain, views: Sequence[NoisyMarginal], *,
         grid, weights, facs = _fit_mixture(resid, np.array([noise[s] for s, _, _ in items]),
                                            scale=scale)
         prior[order] = (grid, weights)
+        if energies is not None:
+            known = np.array([energies(s) for s, _, _ in items])
+            block_noise = np.array([noise[s] * r.size for (s, _, _), r in zip(items, resid,
+                                                                              strict=True)])
+            facs = known / np.maximum(known + block_noise, 1e-300)
         for (sub, _, base), r, f in zip(items, resid, facs, strict=True):
             tables[sub] = _with_top(base, _top(base) + f * r)
             factor[sub] = float(f)
