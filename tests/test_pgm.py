@@ -372,14 +372,16 @@ def test_a_fit_over_the_limits_is_refused_before_it_starts(monkeypatch, capsys, 
 
 @needs_mbi
 def test_a_fit_past_twice_its_prediction_is_stopped(monkeypatch):
-    """The cost constants are set 10^6 times too small: the fit is stopped after its first
-    block of 50 iterations (no timing: any real fit uses more than 2x a nanosecond)."""
+    """The cost constants are set 10^6 times too small and the slack to 0: the fit is stopped
+    after its first block of 50 iterations (no timing: any real fit uses more than 2x a
+    nanosecond)."""
     import dpmarginals.inference.pgm_cost as cost
 
     for name in ("SETUP_BASE", "SETUP_PER_OP", "COMPILE_BASE", "COMPILE_PER_CLIQUE",
                  "COMPILE_PER_MESSAGE", "COMPILE_PER_CLIQUE_PAIR", "STEP_PER_CELL",
                  "STEP_PER_EXP_CELL", "STEP_PER_OP"):
         monkeypatch.setattr(cost, name, getattr(cost, name) * 1e-6)
+    monkeypatch.setattr(cost, "SLACK", 0.0)
     data = chain_data(4000, 4, seed=3)
     cost._predict.cache_clear()  # predictions are memoised per structure
     try:

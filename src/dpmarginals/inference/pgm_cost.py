@@ -66,8 +66,13 @@ __all__ = [
 #: ``max_fit_seconds`` / ``max_fit_memory_mb`` (``--max-fit-seconds``, ``--max-fit-memory-mb``).
 MAX_FIT_SECONDS = 30.0
 MAX_FIT_MEMORY_MB = 4096.0
-#: A running fit stops once it has used this many times its predicted CPU seconds.
+#: A running fit stops once it has used this many times its predicted CPU seconds, plus
+#: :data:`SLACK` seconds.
 OVERRUN = 2.0
+#: CPU seconds every fit may use beyond ``OVERRUN`` x its prediction: on a busy machine JAX's
+#: worker threads spend CPU time waiting, and a fit predicted at 0.2 s was stopped at 0.4 s
+#: in a CI run (tests/test_pgm.py, AM with the pgm inference, load ~4 on 2 cores).
+SLACK = 2.0
 
 # Calibrated by benchmarks/pgm_cost.py (see the module docstring).  The setup (building the
 # loss, the first oracle call, reading the potentials back) is paid by every fit, compiled
@@ -227,7 +232,8 @@ def check_fit(cost: FitCost, max_fit_seconds: float, max_fit_memory_mb: float) -
 
 
 class FitWatch:
-    """An ``mbi`` callback that stops a fit past :data:`OVERRUN` times its predicted CPU time.
+    """An ``mbi`` callback that stops a fit past :data:`OVERRUN` times its predicted CPU time
+    (plus :data:`SLACK`).
 
     Call it with the marginals after each block; it waits for them (JAX dispatches
     asynchronously), then compares the CPU time used since it was made.
@@ -253,9 +259,10 @@ class FitWatch:
         jax.block_until_ready(marginals)
         self.steps += BLOCK
         used = self.cpu_seconds
-        if used > OVERRUN * self.cost.seconds:
+        if used > OVERRUN * self.cost.seconds + SLACK:
             raise DPMarginalsError(
                 f"the graphical-model fit was stopped after {self.steps} of {self.cost.iters} "
                 f"iterations: it used {used:,.1f} s of CPU time ({self.wall_seconds:,.1f} s "
                 f"wall), more than {OVERRUN:g}x its predicted {self.cost.seconds:,.1f} s "
+                f"+ {SLACK:g} s "
                 f"({self.cost.describe()}); use CALM's inference or fewer or smaller marginals")
