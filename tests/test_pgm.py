@@ -112,6 +112,11 @@ def test_known_energies_set_each_blocks_factor():
         block = known.noise[s]  # binary pairs: one coefficient
         assert known.factor[s] == pytest.approx(energy[s] / (energy[s] + block))
         assert known.factor[s] != pytest.approx(fitted.factor[s])
+    with pytest.raises(DPMarginalsError,
+                       match=r"energies\['a0'\] must be a finite number >= 0, got -1.0"):
+        eb_shrink(data.domain, views, energies=lambda s: -1.0)
+    with pytest.raises(DPMarginalsError, match="got nan"):
+        eb_shrink(data.domain, views, energies=lambda s: float("nan"))
     nothing = eb_shrink(data.domain, views, energies=lambda s: 0.0)
     for s in sets:  # no interaction: the pair is the product of its shrunk 1-way marginals
         np.testing.assert_allclose(nothing.tables[s], np.outer(nothing.tables[(s[0],)],

@@ -349,7 +349,11 @@ def eb_shrink(domain: Domain, views: Sequence[NoisyMarginal], *,
                                            scale=scale)
         prior[order] = (grid, weights)
         if energies is not None:
-            known = np.array([energies(s) for s, _, _ in items])
+            known = np.array([float(energies(s)) for s, _, _ in items])
+            bad = np.flatnonzero(~(np.isfinite(known) & (known >= 0)))
+            if bad.size:
+                raise DPMarginalsError(f"energies{list(items[bad[0]][0])} must be a finite "
+                                       f"number >= 0, got {float(known[bad[0]])!r}")
             block_noise = np.array([noise[s] * r.size for (s, _, _), r in zip(items, resid,
                                                                               strict=True)])
             facs = known / np.maximum(known + block_noise, 1e-300)
