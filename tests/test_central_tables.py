@@ -243,3 +243,24 @@ def test_query_answers_one_k_tuple_of_a_central_release(tmp_path):
     assert loaded.count([("color", "red"), ("size", "S")]) == body["count"]
     with pytest.raises(DPMarginalsError, match=r"k-tuple release.*load_release"):
         load_synopsis(out)
+
+
+def test_a_long_aim_run_warns_about_a_low_map_count(tmp_path):
+    """XLA maps memory per compiled program; past vm.max_map_count a long AIM run aborts in
+    LLVM, so it is warned about up front (and not otherwise)."""
+    import warnings
+
+    from dpmarginals.central.contingency import AIM, check_map_count
+
+    limit = tmp_path / "max_map_count"
+    limit.write_text("65530\n")
+    with pytest.warns(RuntimeWarning, match=r"368 rounds .*vm.max_map_count \(65530\)"):
+        check_map_count(368, limit)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_map_count(100, limit)            # a short run
+        limit.write_text("1048576\n")
+        check_map_count(368, limit)            # a raised limit
+        check_map_count(368, tmp_path / "no")  # not Linux
+    dom = Domain(tuple(f"a{i}" for i in range(23)), (2,) * 23)
+    assert AIM(epsilon=1.0, delta=1e-9, k=3).plan(dom, 1000).params["rounds"] == 368
