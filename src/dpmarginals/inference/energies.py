@@ -20,11 +20,11 @@ measured with much noise (its weights cannot go below 0), so the energies overst
 interactions.  For planning that is the cheaper error: a plan that measures a pair it did
 not need costs some noise, one that leaves out a strong pair costs its whole energy.  An
 earlier calibration (simulating phase 1 without interactions and scaling every order down
-to the moment estimate) cut the overstatement (MSNBC d = 16's triples 4.1e-4 -> 1e-5, truth
-9.5e-6) but made the adaptive method's plans worse: on the dev grid of the CALM Fig. 4/5
-settings its geometric-mean ratio to CALM went from 0.539 / 0.534 without to 0.563 / 0.562
-with it.  ``conservative=True`` (below) keeps a downward correction for callers that want
-one.
+to the moment estimate) cut the overstatement (without it MSNBC d = 16's triples come out
+at 4.1e-4, truth 9.5e-6) but made the adaptive method's plans worse: on the dev grid of
+the CALM Fig. 4/5 settings its geometric-mean ratio to CALM went from 0.539 / 0.534
+without to 0.563 / 0.562 with it.  ``conservative=True`` (below) keeps a downward
+correction for callers that want one.
 
 **The noise of r** is the pooled views' plus what the facets' own error puts into the
 maximum-entropy base: linearised near independence, an error ``delta`` of the facet ``S - a``
