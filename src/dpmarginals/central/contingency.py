@@ -124,8 +124,10 @@ MIN_MAP_COUNT = 262_144
 LONG_AIM_ROUNDS = 200
 
 
-def check_map_count(rounds: int, path: Path = Path("/proc/sys/vm/max_map_count")) -> None:
-    """Warn before a long AIM run on a Linux system whose ``vm.max_map_count`` is low."""
+def check_map_count(rounds: int, path: Path = Path("/proc/sys/vm/max_map_count"),
+                    method: str = "aim") -> None:
+    """Warn before a long run of ``rounds`` compiled fits on a Linux system whose
+    ``vm.max_map_count`` is low."""
     if rounds < LONG_AIM_ROUNDS or not path.exists():
         return
     try:
@@ -133,7 +135,7 @@ def check_map_count(rounds: int, path: Path = Path("/proc/sys/vm/max_map_count")
     except (OSError, ValueError):
         return
     if limit < MIN_MAP_COUNT:
-        warnings.warn(f"aim: {rounds} rounds may exceed this system's vm.max_map_count "
+        warnings.warn(f"{method}: {rounds} rounds may exceed this system's vm.max_map_count "
                       f"({limit}) and abort with 'LLVM ERROR: Unable to allocate section "
                       f"memory'; raise it first (sudo sysctl -w vm.max_map_count="
                       f"{MIN_MAP_COUNT * 4}) or pass fewer --rounds", RuntimeWarning,
@@ -308,8 +310,7 @@ class _ContingencyMethod:
         import polars as pl
 
         plan = self.plan(data.domain, data.n)
-        if self.name == "aim":
-            check_map_count(int(plan.params.get("rounds") or 0))
+        check_map_count(int(plan.params.get("rounds") or 0), method=self.name)
         clock = time.perf_counter()
         meas, spent = self.measurement(data.domain)
         frame = pl.DataFrame({a: data.codes[:, j].astype(np.uint32)

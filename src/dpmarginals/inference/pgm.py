@@ -253,6 +253,13 @@ def _fit_mixture(resid: list[np.ndarray], noise: np.ndarray, iters: int = 300,
     return grid, weights, factors
 
 
+def concentration(p: Any) -> float:
+    """``sum_x p(x)^2`` of a distribution (clipped at 0 and normalised; uniform if empty)."""
+    p = np.clip(np.asarray(p, dtype=np.float64), 0.0, None)
+    total = p.sum()
+    return float(((p / total) ** 2).sum()) if total > 0 else 1.0 / p.size
+
+
 def interaction_capacity(sub: Sequence[str], marginals: Mapping[tuple[str, ...], np.ndarray]
                          ) -> float:
     """``prod_a (1 - sum_x p_a(x)^2)``: how much the attributes of ``sub`` *can* interact.
@@ -262,12 +269,7 @@ def interaction_capacity(sub: Sequence[str], marginals: Mapping[tuple[str, ...],
     carry the energy of a pair of common ones.  On Kosarak d = 32 the top 10% of pairs by
     capacity hold 63% of the pairs' energy (85% for the top 10% by energy).
     """
-    out = 1.0
-    for a in sub:
-        p = np.clip(np.asarray(marginals[(a,)], dtype=np.float64), 0.0, None)
-        total = p.sum()
-        out *= 1.0 - float(((p / total) ** 2).sum()) if total > 0 else 1.0 - 1.0 / p.size
-    return out
+    return math.prod(1.0 - concentration(marginals[(a,)]) for a in sub)
 
 
 def capacity_scale(subs: Sequence[Sequence[str]], dims: Sequence[int],

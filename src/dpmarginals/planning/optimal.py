@@ -143,12 +143,10 @@ class Structure:
 
     def kappa(self, attr: str) -> float:
         """``sum_x p(x)^2`` of the attribute's distribution."""
+        from ..inference.pgm import concentration
+
         p = self.marginals.get(attr)
-        if p is None:
-            return 1.0 / self.domain.size(attr)
-        p = np.clip(np.asarray(p, dtype=np.float64), 0.0, None)
-        p = p / p.sum() if p.sum() > 0 else np.full(p.size, 1.0 / p.size)
-        return float((p**2).sum())
+        return 1.0 / self.domain.size(attr) if p is None else concentration(p)
 
     def single_energy(self, attr: str) -> float:
         """The 1-way marginal's squared distance to uniform (its error if unmeasured)."""
