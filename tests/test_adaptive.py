@@ -1,4 +1,4 @@
-"""Issue #20: adaptive two-phase collection, error-optimal planning, the two-phase service."""
+"""Issue #20: adaptive collection in phases, error-optimal planning, the phased service."""
 
 from __future__ import annotations
 
@@ -43,32 +43,55 @@ def test_phase_one_plan_checks_like_any_plan_and_splits_the_users():
     dom = Domain(tuple(f"x{i}" for i in range(8)), (2,) * 8)
     plan = Adaptive(epsilon=1.0, k=3).plan(dom, 2**14)
     check_plan(plan.to_dict(), 1.0)
-    assert plan.params["phase"] == 1 and plan.params["phase1_users"] == 2**12
+    assert plan.params["phase"] == 1 and plan.params["phases"] == 4
+    assert plan.params["phase_users"] == [3277, 3277, 3277, 2**14 - 3 * 3277]
+    assert plan.params["phase1_users"] == 3277
     attrs = {a for g in plan.groups for a in g.attributes}
     assert attrs == set(dom.attributes)  # every attribute measured in phase 1
     assert {len(g.attributes) for g in plan.groups} == {2, 3}
-    with pytest.raises(DPMarginalsError, match="phase1"):
-        Adaptive(epsilon=1.0, phase1=1.0)
+    two = Adaptive(epsilon=1.0, k=3, share=0.25, phases=2).plan(dom, 2**14)
+    assert two.params["phase_users"] == [2**12, 3 * 2**12]
+    for bad in (0.34, 0.0, -0.1, "a lot", float("nan")):  # 3 early phases of 0.34 leave none
+        with pytest.raises(DPMarginalsError, match=f"share .*got share={bad!r}"):
+            Adaptive(epsilon=1.0, share=bad)
+    with pytest.raises(DPMarginalsError, match="phases must be an integer >= 2, got 1"):
+        Adaptive(epsilon=1.0, phases=1)
     with pytest.raises(DPMarginalsError, match="too few"):
         Adaptive(epsilon=1.0, k=3).plan(dom, 8)
 
 
-def test_each_user_reports_once_and_phase_two_depends_only_on_phase_one():
+@pytest.mark.parametrize("phases", [2, 4])
+def test_each_user_reports_once_and_each_phase_depends_only_on_the_earlier_ones(phases):
     data = _correlated(20_000)
-    method = Adaptive(epsilon=1.0, k=2)
-    phases = method.collect(data, rng=3)
-    first, second = phases
-    assert first.users.n + second.users.n == data.n  # a partition: nobody is asked twice
-    assert first.counts.n == first.users.n and second.counts.n == second.users.n
-    assert second.plan.params["phase1_hash"] == first.plan.hash
-    assert all(g.epsilon == 1.0 for p in phases for g in p.plan.groups)
-    check_plan(second.plan.to_dict(), 1.0)
-    # post-processing: phase 2's plan is a function of phase 1's counts alone
-    again = method.phase_two(first.plan, first.counts, second.users.n)
-    assert again.hash == second.plan.hash
-    synopsis = method.release([p.plan for p in phases], [p.counts for p in phases])
-    assert synopsis.info["n"] == data.n and synopsis.info["phases"] == 2
-    assert len(synopsis.info["groups"]) == first.plan.m + second.plan.m
+    method = Adaptive(epsilon=1.0, k=2, phases=phases, share=0.25)
+    collected = method.collect(data, rng=3)
+    assert len(collected) == phases
+    ids = np.concatenate([p.users.codes for p in collected])
+    assert sum(p.users.n for p in collected) == data.n  # a partition: nobody asked twice
+    assert np.array_equal(np.sort(ids, axis=0), np.sort(data.codes, axis=0))
+    assert [p.users.n for p in collected] == collected[0].plan.params["phase_users"]
+    assert all(p.counts.n == p.users.n for p in collected)
+    assert all(g.epsilon == 1.0 for p in collected for g in p.plan.groups)
+    plans, counts = [p.plan for p in collected], [p.counts for p in collected]
+    for j in range(1, phases):
+        assert plans[j].params["phase"] == j + 1
+        assert plans[j].params["phase1_hash"] == plans[0].hash
+        assert plans[j].params["earlier_hashes"] == [p.hash for p in plans[:j]]
+        check_plan(plans[j].to_dict(), 1.0)
+        # post-processing: each phase's plan is a function of the earlier phases' counts
+        again = method.next_phase(plans[:j], counts[:j], collected[j].users.n)
+        assert again.hash == plans[j].hash
+    synopsis = method.release(plans, counts)
+    assert synopsis.info["n"] == data.n and synopsis.info["phases"] == phases
+    assert len(synopsis.info["groups"]) == sum(p.m for p in plans)
+    with pytest.raises(DPMarginalsError, match=f"has {phases} phases and all have a plan"):
+        method.next_phase(plans, counts)
+    if phases > 2:  # a chain out of order, or with a phase from elsewhere, is refused
+        with pytest.raises(DPMarginalsError, match="plan 2 of the list is not phase 2"):
+            method.release([plans[0], plans[2]], [counts[0], counts[2]])
+        other = method.collect(data.take(np.arange(15_000)), rng=4)  # another phase 1
+        with pytest.raises(DPMarginalsError, match="was not planned from these earlier"):
+            method.release([plans[0], other[1].plan], [counts[0], other[1].counts])
 
 
 def test_interaction_energies_find_the_strong_pairs_and_not_the_triples():
@@ -155,9 +178,9 @@ def test_phase_one_structure_from_a_collection():
     assert structure.energy_of(("x0", "x1")) > 10 * structure.energy_of(("x0", "x2"))
 
 
-# -- the service: a two-phase campaign end to end ------------------------------------------
+# -- the service: a campaign in phases end to end -------------------------------------------
 @pytest.mark.slow
-def test_two_phase_campaign_through_the_service(tmp_path):
+def test_campaign_in_phases_through_the_service(tmp_path):
     pytest.importorskip("fastapi")
     pytest.importorskip("uvicorn")
     from dpmarginals.protocol.client import ServiceClient, play
@@ -166,49 +189,67 @@ def test_two_phase_campaign_through_the_service(tmp_path):
     from test_service_e2e import TOKEN, Server
 
     data = _correlated(12_000, seed=5)
-    method = Adaptive(epsilon=1.0, k=2)
+    method = Adaptive(epsilon=1.0, k=2)  # the default: four phases
     plan1 = method.plan(data.domain, data.n)
-    n1 = plan1.params["phase1_users"]
+    cuts = np.cumsum([0, *plan1.params["phase_users"]])
     server = Server(tmp_path / "adaptive.db")
+
+    def post(path: str) -> urllib.request.Request:
+        return urllib.request.Request(server.url + path, method="POST", data=b"{}",
+                                      headers={"Authorization": f"Bearer {TOKEN}"})
+
     try:
+        names, served = ["survey"], [plan1]
         with ServiceClient(server.url, "survey", token=TOKEN) as client:
             client.create_campaign(plan1, {"tickets": "assigned"})
-            play(client, data.codes[:n1], max_epsilon=1.0, save=tmp_path / "one.jsonl")
-            opened = client.open_phase_two()
-            assert opened["id"] == "survey.phase2" and opened["created"]
-            with pytest.raises(Exception, match=r"phase 2 collects as campaign 'survey\.phase2'"):
-                client.assignment()
-            second = client.phase_two()
-            plan2 = second.plan()
-            check_plan(plan2.to_dict(), 1.0)  # the device's checks apply to phase 2 too
-            assert plan2.hash == opened["plan_hash"]
-            assert plan2.params["phase1_hash"] == plan1.hash
-            play(second, data.codes[n1:], max_epsilon=1.0, save=tmp_path / "two.jsonl")
-            again = client.open_phase_two()  # idempotent: phase 1 is closed, same plan
-            assert again["plan_hash"] == plan2.hash and not again["created"]
-        one = [json.loads(x) for x in (tmp_path / "one.jsonl").read_text().splitlines()]
-        two = [json.loads(x) for x in (tmp_path / "two.jsonl").read_text().splitlines()]
-        counts1, counts2 = support_counts(plan1, one), support_counts(plan2, two)
-        # the service planned phase 2 from phase 1's reports as the library does
-        local_plan2 = method.phase_two(plan1, counts1, data.n - n1)
-        assert Plan.from_dict({**plan2.to_dict(with_hash=False), "params": {
-            k: v for k, v in plan2.params.items() if k != "phase1_campaign"}}).hash \
-            == local_plan2.hash
-        local = method.release([plan1, plan2], [counts1, counts2])
-        answer = server.released("survey.phase2", data.n - n1, "x0,x1")  # phase 2's own
+            for j in range(4):
+                play(client, data.codes[cuts[j]:cuts[j + 1]], max_epsilon=1.0,
+                     save=tmp_path / f"{j}.jsonl")
+                if j == 3:
+                    break
+                if j == 0:  # the first name of the route still opens phase 2
+                    with urllib.request.urlopen(post("/campaigns/survey/phase2"),
+                                                timeout=60) as answer:
+                        opened = json.loads(answer.read())
+                else:
+                    opened = client.open_next_phase()
+                assert opened["id"] == f"survey.phase{j + 2}" and opened["created"]
+                assert opened["phase"] == j + 2 and opened["phase1"] == "survey"
+                with pytest.raises(Exception, match=rf"phase {j + 2} collects as campaign "
+                                   rf"'survey\.phase{j + 2}'"):
+                    client.assignment()
+                later = client.next_phase()
+                plan = later.plan()
+                check_plan(plan.to_dict(), 1.0)  # the device's checks apply to every phase
+                assert plan.hash == opened["plan_hash"]
+                assert plan.params["earlier_hashes"] == [p.hash for p in served]
+                again = client.open_next_phase()  # idempotent: closed, same plan
+                assert again["plan_hash"] == plan.hash and not again["created"]
+                client.close()
+                client, names, served = later, [*names, later.campaign], [*served, plan]
+            client.close()
+        reports = [[json.loads(x) for x in (tmp_path / f"{j}.jsonl").read_text().splitlines()]
+                   for j in range(4)]
+        counts = [support_counts(p, r) for p, r in zip(served, reports, strict=True)]
+        # the service planned each phase from the earlier phases' reports as the library does
+        for j in range(1, 4):
+            local = method.next_phase(served[:j], counts[:j], int(cuts[j + 1] - cuts[j]))
+            mine = {k: v for k, v in served[j].params.items()
+                    if k not in ("phase1_campaign", "earlier_campaigns")}
+            assert served[j].params["earlier_campaigns"] == names[:j]
+            assert Plan.from_dict({**served[j].to_dict(with_hash=False), "params": mine}
+                                  ).hash == local.hash
+        local = method.release(served, counts)
+        answer = server.released("survey.phase4", int(cuts[4] - cuts[3]), "x0,x1")
         assert answer["values"] == pytest.approx(local.marginal(["x0", "x1"]).values.ravel()
                                                  .tolist(), abs=1e-9)
         # and it is an estimate of the truth: each cell's standard error is at most ~0.04 here
         # (groups of ~600 users at eps 1), so a total variation distance of 0.2 is > 4 sd
-        # (measured offline through the same client code: at most 0.06 in 6 collections)
         truth = data.marginal(["x0", "x1"]).values.ravel()
         assert 0.5 * np.abs(np.array(answer["values"]) - truth).sum() < 0.2
-        request = urllib.request.Request(server.url + "/campaigns/survey.phase2/phase2",
-                                         method="POST", data=b"{}",
-                                         headers={"Authorization": f"Bearer {TOKEN}"})
-        with pytest.raises(urllib.error.HTTPError) as err:
-            urllib.request.urlopen(request, timeout=30)
-        assert err.value.code == 422 and b"not phase 1" in err.value.read()
+        with pytest.raises(urllib.error.HTTPError) as err:  # the last phase has no next
+            urllib.request.urlopen(post("/campaigns/survey.phase4/next-phase"), timeout=30)
+        assert err.value.code == 422 and b"phase 4 of 4" in err.value.read()
     finally:
         server.stop()
 

@@ -137,29 +137,40 @@ def _correlated(n: int, seed: int = 5) -> np.ndarray:
 DOM6 = Domain(tuple(f"x{i}" for i in range(6)), (2,) * 6)
 
 
-def _phases(n: int = 6000) -> tuple[Plan, Plan, np.ndarray]:
+def _phases(n: int = 6000, phases: int = 2) -> tuple[Plan, ...]:
+    """The plans of the first ``phases`` phases of an adaptive collection from ``n`` users
+    (each phase's reports made by the client code), then the users' codes."""
     codes = _correlated(n)
     method = Adaptive(epsilon=1.0, k=2)
-    plan1 = method.plan(DOM6, n)
-    n1 = plan1.params["phase1_users"]
-    counts = support_counts(plan1, make_reports(plan1, codes[:n1], max_epsilon=1.0, rng=1))
-    return plan1, method.phase_two(plan1, counts), codes
+    plans, counts = [method.plan(DOM6, n)], []
+    cuts = np.cumsum([0, *plans[0].params["phase_users"]])
+    for j in range(phases):
+        counts.append(support_counts(plans[j], make_reports(
+            plans[j], codes[cuts[j]:cuts[j + 1]], max_epsilon=1.0, rng=1 + j)))
+        if j + 1 < phases:
+            plans.append(method.next_phase(plans, counts))
+    return (*plans, codes)
 
 
-def test_a_device_that_reported_in_phase_one_refuses_phase_two(no_draws, monkeypatch):
-    plan1, plan2, codes = _phases()
-    record = dict(zip(DOM6.attributes, codes[0].tolist(), strict=True))
+@pytest.mark.parametrize("earlier", [0, 1])
+def test_a_device_that_reported_in_an_earlier_phase_refuses_a_later_one(no_draws, monkeypatch,
+                                                                       earlier):
+    """Phase 3 names phases 1 and 2 (``earlier_hashes``): a device that reported in either
+    refuses it before any draw or charge; a device new to the collection reports."""
+    plans = _phases(phases=3)[:3]
+    record = dict(zip(DOM6.attributes, _correlated(1)[0].tolist(), strict=True))
     other = Ledger()
-    monkeypatch.undo()  # phase 1 draws
+    monkeypatch.undo()  # the earlier phase draws
     ledger = Ledger()
-    make_report(plan1, record, max_epsilon=1.0, ledger=ledger, campaign="s")
+    make_report(plans[earlier], record, max_epsilon=1.0, ledger=ledger, campaign="s")
     spent = ledger.spent()
-    with pytest.raises(PlanRefused, match=r"params\.phase1_hash = \w+\.\.\.: this device "
-                                          "reported in phase 1"):
-        make_report(plan2, record, max_epsilon=1.0, ledger=ledger, campaign="s.phase2")
+    which = r"earlier_hashes\[1\]" if earlier else "phase1_hash"
+    for later in plans[earlier + 1:]:
+        with pytest.raises(PlanRefused, match=rf"params\.{which} = \w+\.\.\.: this device "
+                                              "reported in an earlier phase"):
+            make_report(later, record, max_epsilon=1.0, ledger=ledger, campaign="s.later")
     assert ledger.spent() == spent
-    # a device new to the collection reports in phase 2
-    make_report(plan2, record, max_epsilon=1.0, ledger=other, campaign="s.phase2")
+    make_report(plans[2], record, max_epsilon=1.0, ledger=other, campaign="s.phase3")
     assert other.spent() == 1.0
 
 
@@ -238,7 +249,7 @@ def test_phase_two_that_cannot_open_leaves_phase_one_open(api):
     rest = make_reports(plan1, codes[2:n1], max_epsilon=1.0, rng=4)
     assert api.post("/campaigns/s/reports/batch", json={"reports": rest}).status_code == 201
     _refusal(api.post("/campaigns/s/phase2", headers=ADMIN), 409, "campaign_exists",
-             "is not phase 2 of 's'")
+             "is not the next phase of 's'")
     status = api.get("/campaigns/s/status").json()
     assert status["state"] == "open" and status["reports"] == n1
 
@@ -251,7 +262,7 @@ def test_phase_two_refuses_inherited_expired_settings_and_opens_with_new_ones(ap
     assert api.post("/campaigns/e/reports/batch", json={"reports": reports}).status_code == 201
     time.sleep(2.1)
     _refusal(api.post("/campaigns/e/phase2", headers=ADMIN), 422, "invalid_settings",
-             "phase 2 would open already expired")
+             "the next phase would open already expired")
     assert api.get("/campaigns/e.phase2/plan").status_code == 404
     later = time.time() + 3600  # the settings given change phase 1's, the rest inherited
     opened = api.post("/campaigns/e/phase2", json={"settings": {"expires_at": later}},

@@ -58,7 +58,7 @@ class Uniform:
 _REGISTRY: dict[str, Callable[..., Any]] = {
     "calm": CALM,
     "calm_pgm": CALMPGM,  # issue #9: CALM's reports, graphical-model inference ('pgm' extra)
-    "adaptive": Adaptive,  # issue #20: two phases, the second planned from the first's reports
+    "adaptive": Adaptive,  # issue #20: phases, each planned from the earlier phases' reports
     "uni": Uniform,
     # Issue #4: FC, AM, FT, EM, BE, PriView and the Cormode et al. family (InpRR, InpPS,
     # InpHT, MargRR, MargPS, MargHT, InpEM, InpOLH, InpHTCMS); see dpmarginals.local.cormode.

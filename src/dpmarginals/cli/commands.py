@@ -644,7 +644,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "offline `client --plan`); needs --domain (and --k, or --workload)")
     p.add_argument("--method", default="calm",
                    help="with --out: the method that builds the plan (default calm; adaptive: "
-                   "phase 1 of a two-phase collection, see `campaign phase2`)")
+                   "phase 1 of an adaptive collection in phases, see `campaign next-phase`)")
     p.add_argument("--optimal", action="store_true",
                    help="error-optimal planning at any n: the plan of least predicted noise + "
                    "sampling + reconstruction error, with --public DATASET or --prior")

@@ -364,15 +364,17 @@ def _cmd_campaign_close(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_campaign_phase2(args: argparse.Namespace) -> int:
+def _cmd_campaign_next_phase(args: argparse.Namespace) -> int:
     from ..protocol.client import ServiceClient
 
     with ServiceClient(args.server, args.id, token=_token(args)) as client:
-        out = client.open_phase_two(args.users, None if args.expires_at is None
-                                    else {"expires_at": args.expires_at})
+        out = client.open_next_phase(args.users, None if args.expires_at is None
+                                     else {"expires_at": args.expires_at})
     verb = "opened" if out.get("created") else "found existing"
     predicted = out.get("predicted_sse")
-    print(f"closed phase 1 ({args.id!r}); {verb} phase 2 as campaign {out['id']!r}: "
+    phase = out.get("phase")
+    print(f"closed phase {phase - 1 if isinstance(phase, int) else '?'} ({args.id!r}); "
+          f"{verb} phase {phase} as campaign {out['id']!r}: "
           f"{out['groups']} groups, plan hash {out['plan_hash']}"
           + (f", predicted SSE per query {predicted:.3g}"
              if isinstance(predicted, int | float) else ""))
@@ -532,19 +534,21 @@ def register(subparsers: Any) -> None:
     _add_token_file(a, "admin token")
     a.set_defaults(func=_cmd_campaign_close)
 
-    a = actions.add_parser("phase2", help="adaptive campaigns: close phase 1 and open phase 2 "
-                           "(ID.phase2), planned from phase 1's reports")
+    a = actions.add_parser("next-phase", aliases=["phase2"],
+                           help="adaptive campaigns: close a phase and open the next "
+                           "(PHASE1-ID.phaseJ), planned from every phase's reports so far")
     a.add_argument("--server", required=True, help="the aggregator's URL")
-    a.add_argument("--id", required=True, help="the phase-1 campaign's id")
+    a.add_argument("--id", required=True, help="the campaign id of the phase to close")
     a.add_argument("--users", type=int, default=None,
-                   help="users who will report in phase 2 (default: the plan's n less phase "
-                   "1's reports)")
+                   help="users who will report in the next phase (default: the share phase "
+                   "1's plan set for it; in the last phase, the plan's n less every report "
+                   "so far)")
     a.add_argument("--expires", dest="expires_at", type=_when, default=None, metavar="WHEN",
-                   help="close phase 2 at this time (ISO 8601 with a time zone, or Unix "
-                   "seconds; default: phase 1's expiry, which phase 2 inherits with its other "
-                   "settings)")
+                   help="close the next phase at this time (ISO 8601 with a time zone, or "
+                   "Unix seconds; default: this phase's expiry, which the next inherits with "
+                   "its other settings)")
     _add_token_file(a, "admin token")
-    a.set_defaults(func=_cmd_campaign_phase2)
+    a.set_defaults(func=_cmd_campaign_next_phase)
 
     a = actions.add_parser("export", help="download a snapshot of the stored reports (admin)")
     a.add_argument("--server", required=True, help="the aggregator's URL")

@@ -1,13 +1,14 @@
-"""Issue #20: the adaptive two-phase method against faithful CALM on CALM Fig. 4/5's grids.
+"""Issue #20: the adaptive method (phases) against faithful CALM on CALM Fig. 4/5's grids.
 
 For every setting of CALM Figures 4 and 5 (binary: Kosarak, MSNBC; non-binary: Adult and
 BR2000 with 3 values per attribute) both methods collect from the same users and answer the
 same random k-way queries at every epsilon: CALM with Algorithm 1's plan, the adaptive method
-(:class:`dpmarginals.local.adaptive.Adaptive`) with a share of the users in phase 1 and the
-rest under the plan it makes from their reports.  In the first repeat each method's error is
-split into noise, sampling and reconstruction (:mod:`dpmarginals.local.error_sources`: the
-same inference on the groups' exact marginals, then on the population's), the adaptive
-method's phase by phase under the plans it actually chose.
+(:class:`dpmarginals.local.adaptive.Adaptive`) with a share of the users in phase 1 and each
+later phase under the plan it makes from the earlier phases' reports.  In the first repeat
+each method's error is split into noise, sampling and reconstruction
+(:mod:`dpmarginals.local.error_sources`: the same inference on the groups' exact marginals,
+then on the population's), the adaptive method's phase by phase under the plans it actually
+chose.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ __all__ = ["ADAPTIVE_EXPERIMENTS"]
 
 METHODS = ("calm", "adaptive")
 #: The full grid keeps the paper's n and epsilons with 3 of its 20 repeats (the adaptive
-#: method plans phase 2 in 1-60 s, CALM in milliseconds).
+#: method plans each later phase in 1-60 s, CALM in milliseconds).
 FULL_REPEATS = 3
 TARGET = 0.5  # issue #20: median SSE ratio to faithful CALM over the settings
 
@@ -140,11 +141,11 @@ def _summary(frame: pd.DataFrame, quick: bool) -> str:
     lines = [checks_markdown([median, worse]), "## Mean SSE per setting (same users, same "
              "queries)", "", "Error split (noise / sampling / reconstruction, first repeat): the "
              "same inference on the groups' exact marginals and on the population's.  Plan: "
-             "Algorithm 1's for CALM; for the adaptive method phase 2's family (greedy: sets "
-             "chosen by the reconstruction error they remove; + singles: every attribute also "
+             "Algorithm 1's for CALM; for the adaptive method its last phase's family (greedy: "
+             "sets chosen by the reconstruction error they remove; + singles: every attribute also "
              "alone; covering, balanced: CALM's designs), first repeat.", "",
              "| data set | panel | eps | CALM | adaptive | ratio | CALM split | adaptive split "
-             "| adaptive phase 2 |", "|---|---|---:|---:|---:|---:|---|---|---|"]
+             "| adaptive last phase |", "|---|---|---:|---:|---:|---:|---|---|---|"]
     for _, row in table.iterrows():
         lines.append(f"| {DATA_LABEL.get(row['dataset'], row['dataset'])} | {row['panel']} | "
                      f"{row['epsilon']:g} | {fmt(row['calm'])} | {fmt(row['adaptive'])} | "
@@ -163,24 +164,25 @@ def _summary(frame: pd.DataFrame, quick: bool) -> str:
 
 ADAPTIVE = Experiment(
     name="adaptive",
-    title="The adaptive two-phase method vs. CALM (CALM Fig. 4 and 5 settings)",
+    title="The adaptive method (collection in phases) vs. CALM (CALM Fig. 4 and 5 settings)",
     paper="issue #20 (beyond CALM), on CALM §5.2-5.3's grids",
     description=("Mean SSE of random k-way marginals for faithful CALM and the adaptive "
-                 "two-phase method (phase 1 reveals the data's structure, phase 2 is planned "
-                 "from it to minimise predicted error, inference pools both with empirical-"
-                 "Bayes shrinkage) on the same users and queries, in the settings of CALM "
-                 "Figures 4 (Kosarak, MSNBC) and 5 (Adult, BR2000 with 3 values), with each "
-                 "method's error split into noise, sampling and reconstruction."),
+                 "method (phase 1 reveals the data's structure, each later phase is planned "
+                 "from the reports so far to minimise predicted error, inference pools every "
+                 "phase with empirical-Bayes shrinkage) on the same users and queries, in the "
+                 "settings of CALM Figures 4 (Kosarak, MSNBC) and 5 (Adult, BR2000 with 3 "
+                 "values), with each method's error split into noise, sampling and "
+                 "reconstruction."),
     tasks=_tasks,
     run_task=_run,
-    plot=sse_plot("adaptive", "Adaptive two-phase method vs. CALM", tuple(PANELS), METHODS),
+    plot=sse_plot("adaptive", "Adaptive method vs. CALM", tuple(PANELS), METHODS),
     summarize=_summary,
     columns=("sse", "sse_sd", "tvd", "queries", "seconds", "l", "m", "family",
              "phase1_users", "predicted_sse", "sse_no_noise", "sse_population"),
     quick_note="The quick grids of Figures 4 and 5: n divided by 4, eps in {0.2, 1.0, 2.0}, "
                "10 queries x 1 repeat.",
     full_note=f"The paper's n and eps = 0.2, 0.4, ..., 2.0; 50 queries x {FULL_REPEATS} "
-              "repeats (not 20: the adaptive method plans phase 2 in seconds).",
+              "repeats (not 20: the adaptive method plans each later phase in seconds).",
 )
 
 ADAPTIVE_EXPERIMENTS: list[Experiment] = [ADAPTIVE]

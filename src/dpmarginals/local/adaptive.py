@@ -1,12 +1,13 @@
-"""``adaptive``: two-phase collection, the second phase planned from the first one's reports.
+"""``adaptive``: collection in phases, each planned from the reports of the phases before it.
 
 CALM plans once, before any report, with a fixed threshold theta standing in for everything
-it does not know about the data.  Here a fraction of the users report first, through a plan
+it does not know about the data.  Here a share of the users report first, through a plan
 that reveals the data's structure cheaply; from their reports alone the aggregator predicts
-the error of candidate plans for the rest of the users and publishes the best:
+the error of candidate plans for the next users and publishes the best; each later phase is
+planned the same way from every earlier phase's reports, and the last takes the users left:
 
-1. **Phase 1** (:meth:`Adaptive.plan`): ``phase1`` of the n users (default
-   :data:`PHASE1_FRACTION`) each report one attribute set: a balanced family of pairs and,
+1. **Phase 1** (:meth:`Adaptive.plan`): ``share`` of the n users (default
+   :data:`PHASE_SHARE`) each report one attribute set: a balanced family of pairs and,
    for workloads of 3-way or larger marginals, a quarter of the groups triples, each through
    the oracle of least variance for its size; phase 1 shows the 1-way marginals and how
    strong the pair and triple interactions are.
@@ -14,19 +15,24 @@ the error of candidate plans for the rest of the users and publishes the best:
    interaction's energy (:func:`dpmarginals.inference.energies.interaction_energies`, the
    pairs' prior scaled by their capacity); the mean per order (per unit of capacity for
    pairs) extrapolates to sets and orders phase 1 did not measure.
-3. **Phase 2** (:meth:`Adaptive.phase_two`): :func:`dpmarginals.planning.optimal.plan_optimal`
-   for the remaining users, with phase 1's groups pooled into every candidate's prediction:
-   which attribute sets, how many groups (their sizes: a set may repeat), which oracle, to
-   minimise the workload's predicted noise + sampling + reconstruction error.
-4. **Inference** pools both phases' views (their variances the oracles' exact coefficient
+3. **Phases 2..P** (:meth:`Adaptive.next_phase`, :data:`PHASES` in all by default):
+   :func:`dpmarginals.planning.optimal.plan_optimal` for the phase's users (``share`` of n,
+   the rest in the last phase), with every earlier phase's groups pooled into each
+   candidate's prediction: which attribute sets, how many groups (their sizes: a set may
+   repeat), which oracle, to minimise the workload's predicted noise + sampling +
+   reconstruction error.  A phase measures the sets that look strong with many more users
+   than phase 1 gave them, so the next phase's picture of the structure is sharper: on the
+   dev grid of the CALM Fig. 4/5 settings, four phases of 20/20/20/40% gave a geometric-mean
+   SSE ratio to CALM of 0.49 where two phases of 25/75% gave 0.53 (docs/beyond-calm.md §6).
+4. **Inference** pools every phase's views (their variances the oracles' exact coefficient
    variances): empirical-Bayes shrinkage of every measured interaction
    (:func:`dpmarginals.inference.pgm.eb_shrink`, the pairs' prior scaled by capacity),
    then CALM's consistency + Norm-Sub and maximum entropy (``inference="shrink"``, numpy
    only), or the graphical model (``inference="pgm"``, the optional extra; its shrinkage
    keeps calm-pgm's exchangeable prior).
 
-Phase 2 is post-processing of phase 1's private reports and every user reports once, at the
-full epsilon, so the whole collection is epsilon-LDP for every user.
+Each phase's plan is post-processing of earlier phases' private reports and every user
+reports once, at the full epsilon, so the whole collection is epsilon-LDP for every user.
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ import numpy as np
 
 from ..core.dataset import Dataset
 from ..core.domain import Domain
-from ..core.errors import DPMarginalsError, check_choice, check_epsilon, check_k
+from ..core.errors import DPMarginalsError, check_choice, check_epsilon, check_k, check_positive_int
 from ..core.randomness import RNGLike, simulation_rng
 from ..inference.energies import interaction_energies
 from ..inference.pgm import CAPACITY_ORDERS
@@ -57,11 +63,13 @@ from ..synopsis.stderr import collection_info
 from .calm import CALM
 from .collect import estimate_views, group_supports
 
-__all__ = ["Adaptive", "Phase", "calibrated_views", "check_phase_one", "phase_one_structure",
-           "shrunk_synopsis"]
+__all__ = ["Adaptive", "Phase", "calibrated_views", "check_phase_one", "check_phases",
+           "phase_one_structure", "shrunk_synopsis"]
 
-#: Share of the users who report in phase 1 unless told otherwise.
-PHASE1_FRACTION = 0.25
+#: Share of the users in each phase but the last (which takes the rest) unless told otherwise.
+PHASE_SHARE = 0.2
+#: Phases of a collection unless told otherwise.
+PHASES = 4
 #: Users per phase-1 group the default aims at (fewer groups, each better measured, when the
 #: users do not suffice for one group per pair).
 PHASE1_GROUP_USERS = 256
@@ -69,7 +77,8 @@ INFERENCE = ("shrink", "pgm")
 
 
 def check_phase_one(plan1: Plan, counts1: Counts) -> None:
-    """Raise unless phase 2 can be planned from phase 1's counts: every group reported."""
+    """Raise unless phase 2 can be planned from phase 1's counts: every group reported
+    (phase 1 is the only picture of the structure phase 2 has)."""
     counts1.check([g.cells for g in plan1.groups])
     empty = np.flatnonzero(np.asarray(counts1.users) == 0).tolist()
     if empty:
@@ -151,30 +160,32 @@ class Phase:
 
 @dataclass
 class Adaptive:
-    """Two-phase adaptive collection (module docstring).
+    """Adaptive collection in phases (module docstring).
 
-    ``phase1``: the share of users in phase 1 (default :data:`PHASE1_FRACTION`).
-    ``workload``: the marginals to optimise for, as a list of attribute lists or
-    ``{"k": K}`` (default: every k-way marginal).  ``inference``: "shrink" (default, numpy)
-    or "pgm" (graphical model, the optional ``pgm`` extra).  ``per_user=True`` randomizes
-    every user's record (the client path) instead of sampling the aggregate counts.
-    ``oracles``: those a group may use (each takes the one of least variance for its size).
-    ``conservative=True`` takes an interaction as strong only when phase 1 shows it (the
-    energies' lower one-standard-error bound; better at eps = 0.2, worse at eps >= 0.8 in our
-    measurements, so off by default).
+    ``share``: the share of the users in each phase but the last (default
+    :data:`PHASE_SHARE`); ``phases``: how many phases (default :data:`PHASES`; 2 is the
+    classic two-phase design).  ``workload``: the marginals to optimise for, as a list of
+    attribute lists or ``{"k": K}`` (default: every k-way marginal).  ``inference``:
+    "shrink" (default, numpy) or "pgm" (graphical model, the optional ``pgm`` extra).
+    ``per_user=True`` randomizes every user's record (the client path) instead of sampling
+    the aggregate counts.  ``oracles``: those a group may use (each takes the one of least
+    variance for its size).  ``conservative=True`` takes an interaction as strong only when
+    the reports show it (the energies' lower one-standard-error bound; better at eps = 0.2,
+    worse at eps >= 0.8 in our measurements, so off by default).
 
     >>> from dpmarginals.core.domain import Domain
     >>> plan = Adaptive(epsilon=1.0, k=3).plan(Domain.from_dict({f"x{i}": 2 for i in range(8)}),
     ...                                        2**14)
-    >>> plan.params["phase"], plan.params["phase1_users"], plan.m
-    (1, 4096, 16)
-    >>> sorted({len(g.attributes) for g in plan.groups})   # pairs, and four triples
+    >>> plan.params["phase"], plan.params["phases"], plan.params["phase_users"], plan.m
+    (1, 4, [3277, 3277, 3277, 6553], 12)
+    >>> sorted({len(g.attributes) for g in plan.groups})   # pairs, and three triples
     [2, 3]
     """
 
     epsilon: float
     k: int = 3
-    phase1: float = PHASE1_FRACTION
+    share: float = PHASE_SHARE
+    phases: int = PHASES
     workload: Any = None
     inference: str = "shrink"
     per_user: bool = False
@@ -187,14 +198,16 @@ class Adaptive:
         self.epsilon = check_epsilon(self.epsilon)
         self.k = check_k(self.k)
         check_choice(self.inference, "inference", INFERENCE)
+        self.phases = check_positive_int(self.phases, "phases", 2)
         try:
-            share = float(self.phase1)
+            share = float(self.share)
         except (TypeError, ValueError):
-            raise DPMarginalsError(f"phase1 must be a number in (0, 1), got {self.phase1!r}"
-                                   ) from None
-        if not 0.0 < share < 1.0:
-            raise DPMarginalsError(f"phase1 must be a number in (0, 1), got {self.phase1!r}")
-        self.phase1 = share
+            share = math.nan
+        if not 0.0 < share * (self.phases - 1) < 1.0:
+            raise DPMarginalsError(f"share must be a number > 0 with share x (phases - 1) < 1 "
+                                   f"(every phase but the last takes that share, the last the "
+                                   f"rest), got share={self.share!r} with phases={self.phases}")
+        self.share = share
         self.oracles = tuple(self.oracles)
 
     # -- the workload -------------------------------------------------------------------
@@ -212,21 +225,24 @@ class Adaptive:
         return self._workloads[domain]
 
     # -- phase 1 ------------------------------------------------------------------------
-    def phase_one_users(self, n: int) -> int:
-        """How many of ``n`` users report in phase 1."""
-        return round(self.phase1 * n)
+    def phase_users(self, n: int) -> list[int]:
+        """How many of ``n`` users report in each phase (``share`` each, the last the rest)."""
+        early = [round(self.share * n)] * (self.phases - 1)
+        return [*early, n - sum(early)]
 
     def plan(self, domain: Domain, n: int) -> Plan:
         """Phase 1's public plan for a collection from ``n`` users in all."""
         d = len(domain)
         wl = self.workload_for(domain)
-        n1 = self.phase_one_users(n)
+        planned = self.phase_users(n)
+        n1 = planned[0]
         top = min(d, max(2, wl.max_size), 3)
         fewest = math.ceil(d / 2)
         m1 = min(math.comb(d, 2), max(fewest, n1 // PHASE1_GROUP_USERS))
-        if n1 < m1 or n - n1 < 1:
-            raise DPMarginalsError(f"{n} users are too few for two phases over {d} attributes "
-                                   f"(phase 1 needs at least {fewest} of them)")
+        if n1 < m1 or min(planned) < 1:
+            raise DPMarginalsError(f"{n} users are too few for {self.phases} phases over {d} "
+                                   f"attributes (phase 1 needs at least {fewest} of them, and "
+                                   "every phase one)")
         # pairs, and a quarter of the groups triples when the workload has 3-way queries
         m3 = 0 if top < 3 else max(math.ceil(d / 3), m1 // 4)
         m3 = min(m3, m1 - 1, math.comb(d, 3))
@@ -238,53 +254,70 @@ class Adaptive:
             cells = domain.project(s).cells()
             oracle, _ = group_variance(self.epsilon, cells, n1 / m1, self.oracles)
             groups.append(GroupSpec(s, oracle, self.epsilon, cells))
-        params = {"phase": 1, "phases": 2, "k": self.k, "users": int(n), "phase1_users": n1,
-                  "l": l1, "m": m1,
+        params = {"phase": 1, "phases": self.phases, "k": self.k, "users": int(n),
+                  "phase_users": planned, "phase1_users": n1, "l": l1, "m": m1,
                   "workload": {"k": self.k} if self.workload is None else wl.to_dict()}
         return Plan(self.name, self.epsilon, domain, tuple(groups), params)
 
-    # -- phase 2 ------------------------------------------------------------------------
-    def phase_two(self, plan1: Plan, counts1: Counts, users: int | None = None) -> Plan:
-        """Phase 2's plan for ``users`` more users (default: the rest of the planned n),
-        from phase 1's counts alone (post-processing)."""
-        if plan1.params.get("phase") != 1:
-            raise DPMarginalsError("phase_two needs the phase-1 plan of an adaptive collection")
-        check_phase_one(plan1, counts1)
+    # -- the later phases ---------------------------------------------------------------
+    def next_phase(self, plans: Sequence[Plan], counts: Sequence[Counts],
+                   users: int | None = None) -> Plan:
+        """The next phase's plan for ``users`` more users (default: the phase's planned
+        share, or in the last phase the planned n less every report so far), from the
+        earlier phases' counts alone (post-processing)."""
+        plans, counts = list(plans), list(counts)
+        phase = check_phases(plans, counts)
+        first = plans[0]
+        total = int(first.params.get("phases", 2))
+        if phase >= total:
+            raise DPMarginalsError(f"the collection has {total} phases and all have a plan")
+        if phase == 1:
+            check_phase_one(first, counts[0])
         if users is None:
-            users = int(plan1.params["users"]) - counts1.n
+            planned = first.params.get("phase_users")
+            users = (int(first.params["users"]) - sum(c.n for c in counts)
+                     if phase + 1 == total or not isinstance(planned, list)
+                     else int(planned[phase]))
         if users < 1:
-            raise DPMarginalsError(f"phase 2 has no users left ({users})")
-        domain = plan1.domain
-        views = calibrated_views(plan1, counts1)
+            raise DPMarginalsError(f"phase {phase + 1} has no users left ({users})")
+        domain = first.domain
+        views = [v for p, c in zip(plans, counts, strict=True) for v in _reported_views(p, c)]
         structure = phase_one_structure(domain, views, conservative=self.conservative)
-        existing = _existing_groups(plan1, views)
         workload = self.workload_for(domain)
         calm = CALM(epsilon=self.epsilon, k=min(self.k, len(domain))).plan(domain, users)
         choice = plan_optimal(domain, users, self.epsilon, workload, structure,
-                              existing=existing, shrink=True, oracles=self.oracles,
+                              existing=_existing_groups(domain, views), shrink=True,
+                              oracles=self.oracles,
                               extra=[("calm", [g.attributes for g in calm.groups])])
-        params = {"phase": 2, "phases": 2, "k": self.k, "phase1_hash": plan1.hash,
-                  "phase1_users": counts1.n, "users": int(users)}
+        params = {"phase": phase + 1, "phases": total, "k": self.k, "phase1_hash": first.hash,
+                  "earlier_hashes": [p.hash for p in plans], "phase1_users": counts[0].n,
+                  "users": int(users)}
         return choice.plan(domain, self.epsilon, self.name, params)
 
     # -- simulation ---------------------------------------------------------------------
     def collect(self, data: Dataset, *, rng: RNGLike = None) -> list[Phase]:
-        """Both phases with every row of ``data`` as one user (phase 1: a random share)."""
+        """Every phase with each row of ``data`` as one user (a random share a phase)."""
         n = data.n
         seeded = rng is not None
         sim = simulation_rng(rng)
-        seeds = [int(s) for s in sim.integers(0, 2**63 - 1, size=3)] if seeded else [None] * 3
+        draws = self.phases + 1
+        seeds = ([int(s) for s in sim.integers(0, 2**63 - 1, size=draws)] if seeded
+                 else [None] * draws)
         order = simulation_rng(seeds[0]).permutation(n)
-        plan1 = self.plan(data.domain, n)
-        n1 = int(plan1.params["phase1_users"])
-        first, rest = data.take(order[:n1]), data.take(order[n1:])
-        counts1 = group_supports(first, plan1, rng=seeds[1], per_user=self.per_user)
-        plan2 = self.phase_two(plan1, counts1, rest.n)
-        counts2 = group_supports(rest, plan2, rng=seeds[2], per_user=self.per_user)
-        return [Phase(plan1, first, counts1, seeds[1]), Phase(plan2, rest, counts2, seeds[2])]
+        plan = self.plan(data.domain, n)
+        cuts = np.cumsum([0, *plan.params["phase_users"]])
+        phases: list[Phase] = []
+        for j in range(self.phases):
+            users = data.take(order[cuts[j]:cuts[j + 1]])
+            if j:
+                plan = self.next_phase([p.plan for p in phases], [p.counts for p in phases],
+                                       users.n)
+            counts = group_supports(users, plan, rng=seeds[j + 1], per_user=self.per_user)
+            phases.append(Phase(plan, users, counts, seeds[j + 1]))
+        return phases
 
     def run(self, data: Dataset, *, rng: RNGLike = None) -> Synopsis:
-        """Collect both phases from ``data`` and release the pooled synopsis."""
+        """Collect every phase from ``data`` and release the pooled synopsis."""
         clock = time.perf_counter()
         phases = self.collect(data, rng=rng)
         collected = time.perf_counter()
@@ -296,24 +329,20 @@ class Adaptive:
     # -- release ------------------------------------------------------------------------
     def release(self, plan: Plan | Sequence[Plan], counts: Counts | Sequence[Counts],
                 n: int | None = None) -> Synopsis:
-        """The synopsis of one or both phases' reports, pooled.
+        """The synopsis of the phases' reports so far, pooled.
 
-        ``plan``/``counts``: phase 1's (a release before phase 2), or the list of both.
-        ``n`` is ignored (the counts say how many users reported; CALM's signature).
+        ``plan``/``counts``: phase 1's (a release before phase 2), or the lists of phases 1..j
+        in order.  ``n`` is ignored (the counts say how many users reported; CALM's signature).
         """
         plans = [plan] if isinstance(plan, Plan) else list(plan)
         all_counts = [counts] if isinstance(counts, Counts) else list(counts)
-        if len(plans) != len(all_counts) or not plans:
-            raise DPMarginalsError("give one Counts per phase plan")
+        check_phases(plans, all_counts)
         views: list[NoisyView] = []
         groups: list[dict[str, Any]] = []
         for p, c in zip(plans, all_counts, strict=True):
-            c.check([g.cells for g in p.groups])
-            keep = [g for g in range(p.m) if c.users[g] > 0]
-            sub = replace(p, groups=tuple(p.groups[g] for g in keep))
-            phase_views = calibrated_views(sub, c.subset(keep))
+            phase_views = _reported_views(p, c)
             views += phase_views
-            groups += collection_info(sub, phase_views)["groups"]
+            groups += collection_info(_reported_plan(p, c), phase_views)["groups"]
         if not views:
             raise DPMarginalsError("no reports yet: every group is empty")
         last = plans[-1]
@@ -352,9 +381,42 @@ def _all_k(domain: Domain, k: int) -> Workload:
     return Workload(domain, tuple(tuple(domain.attributes[i] for i in q) for q in chosen), k)
 
 
-def _existing_groups(plan: Plan, views: Sequence[NoisyView]) -> Groups:
-    """Phase 1's groups as the planner pools them."""
-    domain = plan.domain
+def check_phases(plans: Sequence[Plan], counts: Sequence[Counts]) -> int:
+    """Raise unless ``plans`` are phases 1..j of one adaptive collection, in order, each
+    with its counts; return j."""
+    if len(plans) != len(counts) or not plans:
+        raise DPMarginalsError(f"give one Counts per phase plan (got {len(plans)} plans and "
+                               f"{len(counts)} counts)")
+    for j, (plan, c) in enumerate(zip(plans, counts, strict=True)):
+        if plan.method != Adaptive.name or plan.params.get("phase") != j + 1:
+            raise DPMarginalsError(f"plan {j + 1} of the list is not phase {j + 1} of an "
+                                   f"adaptive collection (method {plan.method!r}, phase "
+                                   f"{plan.params.get('phase')!r})")
+        earlier = [p.hash for p in plans[:j]]
+        said = plan.params.get("earlier_hashes")
+        if said is None and j == 1:  # a two-phase plan made before earlier_hashes
+            said = [plan.params.get("phase1_hash")]
+        if j and said != earlier:
+            raise DPMarginalsError(f"phase {j + 1}'s plan {plan.hash[:12]} was not planned from "
+                                   f"these earlier phases (plans {[h[:12] for h in earlier]})")
+        c.check([g.cells for g in plan.groups])
+    return len(plans)
+
+
+def _reported_plan(plan: Plan, counts: Counts) -> Plan:
+    """The plan with only its groups that have reports."""
+    return replace(plan, groups=tuple(plan.groups[g] for g in range(plan.m)
+                                      if counts.users[g] > 0))
+
+
+def _reported_views(plan: Plan, counts: Counts) -> list[NoisyView]:
+    """The calibrated views of the plan's groups that have reports."""
+    keep = [g for g in range(plan.m) if counts.users[g] > 0]
+    return calibrated_views(_reported_plan(plan, counts), counts.subset(keep))
+
+
+def _existing_groups(domain: Domain, views: Sequence[NoisyView]) -> Groups:
+    """Earlier phases' groups as the planner pools them."""
     masks = []
     for v in views:
         mask = 0

@@ -360,9 +360,9 @@ def make_report(
     attributes under the same plan reuses the memoized payload under a fresh report id;
     anything else is a fresh randomization, charged to the ledger (and refused with
     :class:`BudgetExceeded` before any draw if it would pass ``max_total_epsilon``).  The
-    ledger records the report before it is returned.  Phase 2 of a two-phase collection
-    (``params.phase1_hash``) whose phase 1 the ledger reported in is refused: each user
-    reports in one phase.
+    ledger records the report before it is returned.  A later phase of an adaptive
+    collection (``params.earlier_hashes``) one of whose earlier phases the ledger reported in
+    is refused: each user reports in one phase.
     """
     checked = check_plan(plan, max_epsilon)
     if ledger is not None:
@@ -444,12 +444,18 @@ def _ledger_report(plan: Plan, record: Mapping[str, Any] | Sequence[int] | np.nd
 
 
 def _check_one_phase(plan: Plan, ledger: Ledger) -> None:
-    """Refuse phase 2 of a two-phase collection whose phase 1 this device reported in:
-    each user reports in one phase (the adaptive method's privacy rests on it)."""
-    first = plan.params.get("phase1_hash")
-    if isinstance(first, str) and ledger.group_of(first) is not None:
-        raise _refused(f"params.phase1_hash = {first[:12]}...: this device reported in "
-                       "phase 1 of this collection, and each user reports in one phase")
+    """Refuse a later phase of an adaptive collection one of whose earlier phases this
+    device reported in: each user reports in one phase (the adaptive method's privacy rests
+    on it)."""
+    named = [("phase1_hash", plan.params.get("phase1_hash"))]
+    earlier = plan.params.get("earlier_hashes")
+    if isinstance(earlier, list):
+        named += [(f"earlier_hashes[{j}]", digest) for j, digest in enumerate(earlier)]
+    for which, digest in named:
+        if isinstance(digest, str) and ledger.group_of(digest) is not None:
+            raise _refused(f"params.{which} = {digest[:12]}...: this device reported in an "
+                           "earlier phase of this collection, and each user reports in one "
+                           "phase")
 
 
 def _check_group(plan: Plan, group: object) -> int:
@@ -796,22 +802,29 @@ class ServiceClient:
         """Close the campaign: no more assignments or reports (admin token)."""
         return self.request("POST", self._path("/close"), admin=True)[1]
 
-    def phase_two(self) -> ServiceClient:
-        """A client of this (adaptive, phase-1) campaign's phase 2, ``{campaign}.phase2``,
-        with the same server, token and timeouts."""
-        return ServiceClient(self.server, self.campaign + ".phase2", token=self.token,
-                             timeout=self.timeout, retries=self.retries)
+    def next_phase(self) -> ServiceClient:
+        """A client of the phase after this adaptive campaign's (``{phase 1's id}.phase{j}``,
+        named from this campaign's plan), with the same server, token and timeouts."""
+        from ..service.phases import has_next_phase, next_phase_name
+
+        plan = self.plan()
+        if not has_next_phase(plan):
+            raise DPMarginalsError(f"campaign {self.campaign!r} has no phase after it (plan "
+                                   f"method {plan.method!r}, phase {plan.params.get('phase')!r}"
+                                   f" of {plan.params.get('phases')!r})")
+        return ServiceClient(self.server, next_phase_name(self.campaign, plan),
+                             token=self.token, timeout=self.timeout, retries=self.retries)
 
     # -- admin ---------------------------------------------------------------------------
-    def open_phase_two(self, users: int | None = None,
-                       settings: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """Close this adaptive campaign's phase 1 and open phase 2, planned by the service
-        from phase 1's reports (admin token); ``users``: how many will report in phase 2;
-        ``settings``: changes to phase 1's settings, which phase 2 inherits."""
+    def open_next_phase(self, users: int | None = None,
+                        settings: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Close this phase of an adaptive campaign and open the next, planned by the
+        service from every phase's reports so far (admin token); ``users``: how many will
+        report in it; ``settings``: changes to this phase's settings, which it inherits."""
         body: dict[str, Any] = {} if users is None else {"users": int(users)}
         if settings:
             body["settings"] = dict(settings)
-        return self.request("POST", self._path("/phase2"), body, admin=True)[1]
+        return self.request("POST", self._path("/next-phase"), body, admin=True)[1]
 
     def create_campaign(self, plan: Plan, settings: Mapping[str, Any] | None = None
                         ) -> dict[str, Any]:

@@ -26,10 +26,12 @@ GET      /health                                       liveness and the store's 
 POST     /campaigns                          admin     create ``{"id", "plan", "settings"}``
 GET      /campaigns                          analyst   the campaigns (without: public ones)
 POST     /campaigns/{id}/close               admin     no more assignments or reports
-POST     /campaigns/{id}/phase2              admin     close an adaptive campaign's phase 1,
-                                                       open ``{id}.phase2`` (:mod:`.phases`;
-                                                       ``{"users", "settings"}``, both
-                                                       optional: settings over phase 1's)
+POST     /campaigns/{id}/next-phase          admin     close a phase of an adaptive campaign,
+                                                       open the next, ``{phase 1}.phase{j}``
+                                                       (:mod:`.phases`; ``{"users",
+                                                       "settings"}``, both optional: settings
+                                                       over this phase's); ``/phase2``: the
+                                                       same
 GET      /campaigns/{id}/plan                          the public plan (with its hash)
 GET      /campaigns/{id}/assignment                    a group and its single-use ticket
                                                        (``?count=`` for many)
@@ -75,7 +77,14 @@ from . import answer_domain
 from .admission import PlanRejected, admit_plan, check_structure
 from .errors import ServiceError, add_error_handlers, responses
 from .limits import BodyReader, RateLimiter, source_of
-from .phases import check_phase_one, earlier_phases, is_phase_one, phase_two_name, phase_two_plan
+from .phases import (
+    check_phase_one,
+    earlier_phases,
+    has_next_phase,
+    next_phase_name,
+    next_phase_plan,
+    phase_of,
+)
 from .releases import Release, Releases, marginal_answer
 from .settings import CampaignSettings
 from .store import Campaign, Store, open_store
@@ -176,12 +185,13 @@ class Aggregator:
         """The campaign, if it still takes assignments and reports (else 410)."""
         found = self.campaign(name)
         if self.store.is_closed(found):
-            later = (phase_two_name(name) if is_phase_one(found.plan)
-                     and self.store.campaign(phase_two_name(name)) is not None else None)
+            later = (next_phase_name(name, found.plan) if has_next_phase(found.plan) else None)
+            if later is not None and self.store.campaign(later) is None:
+                later = None
             raise ServiceError(410, "campaign_closed", f"campaign {name!r} is closed"
                                + (" (expired)" if found.settings.expired() else "")
-                               + (f"; its phase 2 collects as campaign {later!r}" if later
-                                  else ""))
+                               + (f"; its phase {phase_of(found.plan) + 1} collects as "
+                                  f"campaign {later!r}" if later else ""))
         return found
 
     # -- tokens ---------------------------------------------------------------------------
@@ -454,7 +464,8 @@ def _add_campaign_endpoints(app: Any, fa: Any, agg: Aggregator, guards: Any) -> 
             raise ServiceError(422, "invalid_settings", str(exc)) from None
         try:
             plan = await run_in_threadpool(admit_plan, spec)
-            await run_in_threadpool(earlier_phases, the_store, plan)  # phase 2: its phase 1
+            await run_in_threadpool(earlier_phases, the_store, plan)  # a later phase: its
+            # earlier phases must be in the store
         except DPMarginalsError as exc:
             raise ServiceError(422, "invalid_plan", str(exc)) from None
         try:
@@ -494,13 +505,7 @@ def _add_campaign_endpoints(app: Any, fa: Any, agg: Aggregator, guards: Any) -> 
         the_store.close_campaign(found)
         return {"id": campaign, "state": "closed"}
 
-    @app.post("/campaigns/{campaign}/phase2", tags=["admin"], status_code=201,
-              dependencies=guards.admin,
-              summary="Close phase 1 of an adaptive campaign; open phase 2, planned from its "
-                      "reports, as campaign {campaign}.phase2",
-              responses={200: {"description": "phase 2 existed with this plan"},
-                         **responses(400, 401, 404, 409, 413, 422, 503)})
-    async def open_phase_two(campaign: CampaignId, request: Request) -> JSONResponse:
+    async def open_next_phase(campaign: CampaignId, request: Request) -> JSONResponse:
         async with agg.bodies.read(request) as raw:
             body = _parse_json(raw) if bytes(raw).strip() else {}
         if not isinstance(body, dict) or not set(body) <= {"users", "settings"}:
@@ -512,15 +517,17 @@ def _add_campaign_endpoints(app: Any, fa: Any, agg: Aggregator, guards: Any) -> 
             raise ServiceError(422, "invalid_request", f"users must be an integer >= 1, got "
                                f"{users!r}")
         found = agg.campaign(campaign)
-        if not is_phase_one(found.plan):
-            raise ServiceError(422, "not_phase_one", f"campaign {campaign!r} is not phase 1 of "
-                               "an adaptive collection (its plan's method is "
-                               f"{found.plan.method!r})")
-        name = phase_two_name(campaign)
+        if not has_next_phase(found.plan):
+            raise ServiceError(422, "not_phase_one", f"campaign {campaign!r} is not a phase of "
+                               "an adaptive collection with a phase after it (its plan's "
+                               f"method is {found.plan.method!r}, phase "
+                               f"{found.plan.params.get('phase')!r} of "
+                               f"{found.plan.params.get('phases')!r})")
+        name = next_phase_name(campaign, found.plan)
         if not re.fullmatch(CAMPAIGN_PATTERN, name):
-            raise ServiceError(422, "invalid_request", f"phase 2's id {name!r} would be longer "
-                               "than 64 characters")
-        given = body.get("settings")  # over phase 1's settings, which phase 2 inherits
+            raise ServiceError(422, "invalid_request", f"the next phase's id {name!r} would be "
+                               "longer than 64 characters")
+        given = body.get("settings")  # over this phase's settings, which the next inherits
         try:
             settings = (found.settings if given is None else CampaignSettings.from_dict(
                 {**found.settings.to_dict(), **given} if isinstance(given, dict) else given))
@@ -531,7 +538,9 @@ def _add_campaign_endpoints(app: Any, fa: Any, agg: Aggregator, guards: Any) -> 
         await run_in_threadpool(the_store.close_campaign, found)
         counts = await run_in_threadpool(the_store.counts, found)
         try:
-            plan = await run_in_threadpool(phase_two_plan, found.plan, counts, campaign, users)
+            earlier = await run_in_threadpool(earlier_phases, the_store, found.plan)
+            plan = await run_in_threadpool(next_phase_plan,
+                                           [*earlier, (campaign, found.plan, counts)], users)
             plan = admit_plan(plan.to_dict())
             second, created = await run_in_threadpool(the_store.create_campaign, name, plan,
                                                       settings)
@@ -541,28 +550,42 @@ def _add_campaign_endpoints(app: Any, fa: Any, agg: Aggregator, guards: Any) -> 
             code = 409 if "exists with another plan" in str(exc) else 422
             raise ServiceError(code, "campaign_exists" if code == 409 else "no_phase_two",
                                str(exc)) from None
-        return JSONResponse({"id": second.name, "phase1": campaign, "plan_hash": plan.hash,
+        return JSONResponse({"id": second.name, "phase": phase_of(plan), "closed": campaign,
+                             "phase1": plan.params["phase1_campaign"], "plan_hash": plan.hash,
                              "groups": plan.m, "created": created,
                              "predicted_sse": plan.params.get("predicted_sse"),
                              "settings": second.settings.to_dict()},
                             status_code=201 if created else 200)
 
+    for path, summary in (("next-phase", "Close a phase of an adaptive campaign; open the next, "
+                                         "planned from every phase's reports so far, as "
+                                         "campaign {phase 1's id}.phase{j}"),
+                          ("phase2", "The same as next-phase (its first name, from when "
+                                     "adaptive campaigns had two phases)")):
+        app.post(f"/campaigns/{{campaign}}/{path}", tags=["admin"], status_code=201,
+                 dependencies=guards.admin, summary=summary,
+                 responses={200: {"description": "the next phase existed with this plan"},
+                            **responses(400, 401, 404, 409, 413, 422, 503)})(open_next_phase)
+
 
 def _check_phase_two_opens(store: Store, found: Campaign, name: str,
                            settings: CampaignSettings, inherited: bool) -> None:
-    """What would make phase 2 fail, checked before phase 1 is closed (closing is final):
-    settings already expired, the name taken by another campaign, a group without reports
-    (counts only grow, so this holds after closing too)."""
+    """What would make the next phase fail, checked before this one is closed (closing is
+    final): settings already expired, the name taken by another campaign, a phase-1 group
+    without reports (counts only grow, so this holds after closing too)."""
     if settings.expired():
-        raise ServiceError(422, "invalid_settings", f"phase 2 would open already expired "
-                           f"(expires_at = {settings.expires_at!r} has passed"
-                           + ("; phase 1's settings are inherited" if inherited else "")
-                           + '): give phase 2 {"settings": {"expires_at": ...}} (campaign '
-                           "phase2 --expires WHEN)")
+        raise ServiceError(422, "invalid_settings", f"the next phase would open already "
+                           f"expired (expires_at = {settings.expires_at!r} has passed"
+                           + ("; this phase's settings are inherited" if inherited else "")
+                           + '): give it {"settings": {"expires_at": ...}} (campaign '
+                           "next-phase --expires WHEN)")
     taken = store.campaign(name)
-    if taken is not None and taken.plan.params.get("phase1_hash") != found.plan.hash:
+    said = None if taken is None else taken.plan.params.get("earlier_hashes",
+                                                            [taken.plan.params.get("phase1_hash")])
+    if taken is not None and (not isinstance(said, list) or not said
+                              or said[-1] != found.plan.hash):
         raise ServiceError(409, "campaign_exists", f"campaign {name!r} exists and is not "
-                           f"phase 2 of {found.name!r} (its plan is {taken.plan.hash})")
+                           f"the next phase of {found.name!r} (its plan is {taken.plan.hash})")
     try:
         check_phase_one(found.plan, store.counts(found))
     except DPMarginalsError as exc:

@@ -1,17 +1,18 @@
-"""Two-phase (adaptive) campaigns: phase 2's plan is made from phase 1's reports.
+"""Adaptive campaigns in phases: each phase's plan is made from the earlier phases' reports.
 
 A campaign created with an ``adaptive`` phase-1 plan (``dpmarginals plan --method adaptive``,
 :class:`dpmarginals.local.adaptive.Adaptive`) collects like any other.  When the admin asks
-for phase 2 (``POST /campaigns/{id}/phase2``), the service closes phase 1, plans phase 2 from
-phase 1's counts alone (post-processing of private reports: no user is asked twice and no
-budget is spent) and creates the campaign ``{id}.phase2`` with that plan; its clients fetch
-the plan from ``GET /campaigns/{id}.phase2/plan`` and check it as any plan.  Releases of the
-phase-2 campaign pool both phases' counts (:func:`earlier_phases`).
+for the next phase (``POST /campaigns/{id}/next-phase``), the service closes the campaign,
+plans the next phase from every phase's counts so far (post-processing of private reports:
+no user is asked twice and no budget is spent) and creates the campaign ``{id}.phase{j}``
+(``id`` phase 1's) with that plan; its clients fetch the plan from
+``GET /campaigns/{id}.phase{j}/plan`` and check it as any plan.  Releases of a later phase's
+campaign pool every phase's counts up to it (:func:`earlier_phases`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -19,27 +20,35 @@ from ..core.errors import DPMarginalsError
 from ..protocol.counts import Counts
 from ..protocol.plan import Plan
 
-__all__ = ["PHASE2_SUFFIX", "check_phase_one", "earlier_phases", "is_phase_one",
-           "phase_two_name", "phase_two_plan"]
-
-PHASE2_SUFFIX = ".phase2"
+__all__ = ["check_phase_one", "earlier_phases", "has_next_phase", "next_phase_name",
+           "next_phase_plan", "phase_of"]
 
 
-def is_phase_one(plan: Plan) -> bool:
-    """Whether the plan is phase 1 of a two-phase (adaptive) collection."""
-    return plan.method == "adaptive" and plan.params.get("phase") == 1
+def phase_of(plan: Plan) -> int:
+    """The plan's phase in an adaptive collection (0 for any other plan)."""
+    phase = plan.params.get("phase")
+    return phase if plan.method == "adaptive" and isinstance(phase, int) else 0
 
 
-def phase_two_name(campaign: str) -> str:
-    """The id of phase 1 ``campaign``'s phase-2 campaign."""
-    return campaign + PHASE2_SUFFIX
+def has_next_phase(plan: Plan) -> bool:
+    """Whether the plan is a phase of an adaptive collection with a phase after it."""
+    return 1 <= phase_of(plan) < int(plan.params.get("phases", 2))
 
 
-def check_phase_one(plan1: Plan, counts1: Counts) -> None:
-    """Raise unless phase 2 can be planned from phase 1's counts (every group reported)."""
+def next_phase_name(campaign: str, plan: Plan) -> str:
+    """The id of the phase after ``campaign``'s (whose plan is ``plan``): phase 1's id with
+    ``.phase{j}``."""
+    first = plan.params.get("phase1_campaign", campaign) if phase_of(plan) > 1 else campaign
+    return f"{first}.phase{phase_of(plan) + 1}"
+
+
+def check_phase_one(plan: Plan, counts: Counts) -> None:
+    """Raise unless the next phase can be planned from this one's counts (phase 1: every
+    group reported)."""
     from ..local.adaptive import check_phase_one as check
 
-    check(plan1, counts1)
+    if phase_of(plan) == 1:
+        check(plan, counts)
 
 
 def _method(plan: Plan) -> Any:
@@ -51,32 +60,46 @@ def _method(plan: Plan) -> Any:
                     workload=workload if custom else None)
 
 
-def phase_two_plan(plan1: Plan, counts1: Counts, campaign: str,
-                   users: int | None = None) -> Plan:
-    """Phase 2's plan from phase 1's counts (``users``: how many will report in phase 2;
-    default: the planned total less phase 1's reports)."""
-    if not is_phase_one(plan1):
-        raise DPMarginalsError(f"campaign {campaign!r} is not phase 1 of an adaptive "
-                               "collection (its plan's method is "
-                               f"{plan1.method!r}, phase {plan1.params.get('phase')!r})")
-    if users is None:
-        users = int(plan1.params.get("users", 0)) - counts1.n
-        if users < 1:
-            planned = plan1.params.get("users")
-            raise DPMarginalsError(f"phase 1 has {counts1.n} reports, as many as the {planned} "
-                                   "users the plan was made for: say how many users phase 2 "
+def next_phase_plan(phases: Sequence[tuple[str, Plan, Counts]], users: int | None = None
+                    ) -> Plan:
+    """The next phase's plan from the (campaign, plan, counts) of phases 1..j (``users``: how
+    many will report in it; default: the share phase 1 planned for it, or in the last phase
+    the planned total less every report so far)."""
+    campaign, plan, _ = phases[-1]
+    if not has_next_phase(plan):
+        raise DPMarginalsError(f"campaign {campaign!r} is not a phase of an adaptive "
+                               "collection with a phase after it (its plan's method is "
+                               f"{plan.method!r}, phase {plan.params.get('phase')!r} of "
+                               f"{plan.params.get('phases')!r})")
+    first = phases[0][1]
+    if users is None and phase_of(plan) + 1 == int(first.params.get("phases", 2)):
+        left = int(first.params.get("users", 0)) - sum(c.n for _, _, c in phases)
+        if left < 1:
+            raise DPMarginalsError(f"the phases so far have {sum(c.n for _, _, c in phases)} "
+                                   f"reports, as many as the {first.params.get('users')} users "
+                                   "the plan was made for: say how many users the last phase "
                                    'will have ({"users": N})')
-    plan2 = _method(plan1).phase_two(plan1, counts1, users)
-    return replace(plan2, params={**plan2.params, "phase1_campaign": campaign})
+    nxt = _method(first).next_phase([p for _, p, _ in phases], [c for _, _, c in phases], users)
+    return replace(nxt, params={**nxt.params, "phase1_campaign": phases[0][0],
+                                "earlier_campaigns": [name for name, _, _ in phases]})
 
 
-def earlier_phases(store: Any, plan: Plan) -> list[tuple[Plan, Counts]]:
-    """For a phase-2 plan, phase 1's (plan, counts) from the store; else nothing."""
-    if plan.method != "adaptive" or plan.params.get("phase") != 2:
+def earlier_phases(store: Any, plan: Plan) -> list[tuple[str, Plan, Counts]]:
+    """For a later phase's plan, the (campaign, plan, counts) of every earlier phase, from
+    the store; else nothing."""
+    if phase_of(plan) < 2:
         return []
-    name = plan.params.get("phase1_campaign")
-    first = store.campaign(name) if isinstance(name, str) else None
-    if first is None or first.plan.hash != plan.params.get("phase1_hash"):
-        raise DPMarginalsError(f"phase 1 of this campaign ({name!r}, plan "
-                               f"{str(plan.params.get('phase1_hash'))[:12]}) is not in the store")
-    return [(first.plan, store.counts(first))]
+    names = plan.params.get("earlier_campaigns", [plan.params.get("phase1_campaign")])
+    hashes = plan.params.get("earlier_hashes", [plan.params.get("phase1_hash")])
+    if (not isinstance(names, list) or not isinstance(hashes, list)
+            or len(names) != len(hashes) or len(names) != phase_of(plan) - 1):
+        raise DPMarginalsError(f"phase {phase_of(plan)}'s plan must name its "
+                               f"{phase_of(plan) - 1} earlier phases' campaigns and plans")
+    out = []
+    for name, digest in zip(names, hashes, strict=True):
+        found = store.campaign(name) if isinstance(name, str) else None
+        if found is None or found.plan.hash != digest:
+            raise DPMarginalsError(f"phase {len(out) + 1} of this campaign ({name!r}, plan "
+                                   f"{str(digest)[:12]}) is not in the store")
+        out.append((name, found.plan, store.counts(found)))
+    return out

@@ -105,7 +105,7 @@ def _without(counts: Counts, groups: list[int]) -> Counts:
 def make_release(campaign: Campaign, counts: Counts, number: int = 1,
                  earlier: list[tuple[Any, Counts]] | None = None) -> Release:
     """The release of ``counts`` under the campaign's plan and settings (see the module);
-    ``earlier``: the earlier phases' (plan, counts) of a two-phase campaign, pooled."""
+    ``earlier``: the earlier phases' (plan, counts) of an adaptive campaign, pooled."""
     start = time.perf_counter()
     settings, plan = campaign.settings, campaign.plan
     n = counts.n
@@ -136,7 +136,7 @@ def make_release(campaign: Campaign, counts: Counts, number: int = 1,
 
 
 def _synopsis(plan: Any, counts: Counts, earlier: list[tuple[Any, Counts]] | None) -> Any:
-    if earlier:  # a two-phase campaign's phase 2: both phases pooled
+    if earlier:  # a later phase of an adaptive campaign: every phase pooled
         return synopsis_from_counts(plan, counts, earlier=earlier)
     return synopsis_from_counts(plan, counts)
 
@@ -332,7 +332,7 @@ class Releases:
             return
         try:
             counts = self.store.counts(campaign)
-            earlier = earlier_phases(self.store, campaign.plan)
+            earlier = [(p, c) for _, p, c in earlier_phases(self.store, campaign.plan)]
             number = 1 if state.release is None else state.release.number + 1
             release = None
             if self._pool is not None:
