@@ -4,10 +4,11 @@ Issue #20 asks for half of CALM's error.  This script measures, on the k = 3 pan
 Fig. 4/5 at the paper's n (same users, queries and seeds as `dpmarginals experiment
 adaptive`), the adaptive method's mean SSE over CALM's for three versions of it:
 
-* **adaptive**: as shipped (phase 2 planned from phase 1's reports, empirical-Bayes
+* **adaptive**: as shipped (each later phase planned from the reports so far, empirical-Bayes
   shrinkage);
-* **true structure**: phase 2 planned from the interaction energies of the users' own data
-  (``Structure.from_data``: an oracle; what a perfect phase 1 would give the planner);
+* **true structure**: every later phase planned from the interaction energies of the users'
+  own data (``Structure.from_data``: an oracle; what perfect earlier phases would give the
+  planner);
 * **true structure + known energies**: the same plan, and every measured block shrunk by
   ``E / (E + N)`` with its true energy (``eb_shrink(energies=...)``), the factor the
   planner's prediction assumes.

@@ -241,6 +241,7 @@ def test_campaign_in_phases_through_the_service(tmp_path):
                                   ).hash == local.hash
         local = method.release(served, counts)
         answer = server.released("survey.phase4", int(cuts[4] - cuts[3]), "x0,x1")
+        assert answer["release"]["phases"] == 4 and answer["release"]["pooled_reports"] == data.n
         assert answer["values"] == pytest.approx(local.marginal(["x0", "x1"]).values.ravel()
                                                  .tolist(), abs=1e-9)
         # and it is an estimate of the truth: each cell's standard error is at most ~0.04 here

@@ -68,8 +68,12 @@ class Release:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def describe(self) -> dict[str, Any]:
-        """The release's metadata as answers carry it."""
-        return {"number": self.number, "reports": self.reports,
+        """The release's metadata as answers carry it (a later phase of an adaptive
+        campaign: how many phases and reports in all it pools; ``reports``: this phase's)."""
+        info = getattr(self.synopsis, "info", {})
+        pooled = ({"phases": info["phases"], "pooled_reports": info["n"]}
+                  if info.get("phases", 1) > 1 and "n" in info else {})
+        return {"number": self.number, "reports": self.reports, **pooled,
                 "made_at": round(self.made_at, 3), "seconds": round(self.seconds, 3),
                 "flagged_groups": sorted({f.group for f in self.flags}),
                 "excluded_groups": self.excluded, "flags": [f.to_dict() for f in self.flags],
