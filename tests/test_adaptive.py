@@ -56,6 +56,8 @@ def test_phase_one_plan_checks_like_any_plan_and_splits_the_users():
             Adaptive(epsilon=1.0, share=bad)
     with pytest.raises(DPMarginalsError, match="phases must be an integer >= 2, got 1"):
         Adaptive(epsilon=1.0, phases=1)
+    with pytest.raises(DPMarginalsError, match="phases must be at most 32, got 33"):
+        Adaptive(epsilon=1.0, phases=33, share=0.01)
     with pytest.raises(DPMarginalsError, match="too few"):
         Adaptive(epsilon=1.0, k=3).plan(dom, 8)
 

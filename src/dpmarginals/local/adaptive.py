@@ -68,8 +68,9 @@ __all__ = ["Adaptive", "Phase", "calibrated_views", "check_phase_one", "check_ph
 
 #: Share of the users in each phase but the last (which takes the rest) unless told otherwise.
 PHASE_SHARE = 0.2
-#: Phases of a collection unless told otherwise.
+#: Phases of a collection unless told otherwise, and the most allowed.
 PHASES = 4
+MAX_PHASES = 32
 #: Users per phase-1 group the default aims at (fewer groups, each better measured, when the
 #: users do not suffice for one group per pair).
 PHASE1_GROUP_USERS = 256
@@ -199,6 +200,8 @@ class Adaptive:
         self.k = check_k(self.k)
         check_choice(self.inference, "inference", INFERENCE)
         self.phases = check_positive_int(self.phases, "phases", 2)
+        if self.phases > MAX_PHASES:
+            raise DPMarginalsError(f"phases must be at most {MAX_PHASES}, got {self.phases}")
         try:
             share = float(self.share)
         except (TypeError, ValueError):

@@ -533,12 +533,15 @@ def _add_campaign_endpoints(app: Any, fa: Any, agg: Aggregator, guards: Any) -> 
                 {**found.settings.to_dict(), **given} if isinstance(given, dict) else given))
         except DPMarginalsError as exc:
             raise ServiceError(422, "invalid_settings", str(exc)) from None
-        await run_in_threadpool(_check_phase_two_opens, the_store, found, name, settings,
+        await run_in_threadpool(_check_next_phase_opens, the_store, found, name, settings,
                                 given is None)
+        try:  # before closing (closing is final)
+            earlier = await run_in_threadpool(earlier_phases, the_store, found.plan)
+        except DPMarginalsError as exc:
+            raise ServiceError(422, "no_phase_two", str(exc)) from None
         await run_in_threadpool(the_store.close_campaign, found)
         counts = await run_in_threadpool(the_store.counts, found)
         try:
-            earlier = await run_in_threadpool(earlier_phases, the_store, found.plan)
             plan = await run_in_threadpool(next_phase_plan,
                                            [*earlier, (campaign, found.plan, counts)], users)
             plan = admit_plan(plan.to_dict())
@@ -568,7 +571,7 @@ def _add_campaign_endpoints(app: Any, fa: Any, agg: Aggregator, guards: Any) -> 
                             **responses(400, 401, 404, 409, 413, 422, 503)})(open_next_phase)
 
 
-def _check_phase_two_opens(store: Store, found: Campaign, name: str,
+def _check_next_phase_opens(store: Store, found: Campaign, name: str,
                            settings: CampaignSettings, inherited: bool) -> None:
     """What would make the next phase fail, checked before this one is closed (closing is
     final): settings already expired, the name taken by another campaign, a phase-1 group
