@@ -64,6 +64,7 @@ from ..core.randomness import RNGLike, client_rng
 from ..oracles import ORACLES, make_oracle
 from .formats import KNOWN, MAX_GROUP_SUPPORT, group_oracle
 from .ledger import BudgetExceeded, Ledger, LedgerError, PlanRefused
+from .phases import has_next_phase, next_phase_name
 from .plan import Plan
 from .reports import MAX_BATCH_REPORTS, MAX_GROUP_CELLS, PlanCodec, ReportError
 
@@ -805,8 +806,6 @@ class ServiceClient:
     def next_phase(self) -> ServiceClient:
         """A client of the phase after this adaptive campaign's (``{phase 1's id}.phase{j}``,
         named from this campaign's plan), with the same server, token and timeouts."""
-        from ..service.phases import has_next_phase, next_phase_name
-
         plan = self.plan()
         if not has_next_phase(plan):
             raise DPMarginalsError(f"campaign {self.campaign!r} has no phase after it (plan "

@@ -18,28 +18,11 @@ from typing import Any
 
 from ..core.errors import DPMarginalsError
 from ..protocol.counts import Counts
+from ..protocol.phases import has_next_phase, next_phase_name, phase_of
 from ..protocol.plan import Plan
 
 __all__ = ["check_phase_one", "earlier_phases", "has_next_phase", "next_phase_name",
            "next_phase_plan", "phase_of"]
-
-
-def phase_of(plan: Plan) -> int:
-    """The plan's phase in an adaptive collection (0 for any other plan)."""
-    phase = plan.params.get("phase")
-    return phase if plan.method == "adaptive" and isinstance(phase, int) else 0
-
-
-def has_next_phase(plan: Plan) -> bool:
-    """Whether the plan is a phase of an adaptive collection with a phase after it."""
-    return 1 <= phase_of(plan) < int(plan.params.get("phases", 2))
-
-
-def next_phase_name(campaign: str, plan: Plan) -> str:
-    """The id of the phase after ``campaign``'s (whose plan is ``plan``): phase 1's id with
-    ``.phase{j}``."""
-    first = plan.params.get("phase1_campaign", campaign) if phase_of(plan) > 1 else campaign
-    return f"{first}.phase{phase_of(plan) + 1}"
 
 
 def check_phase_one(plan: Plan, counts: Counts) -> None:
