@@ -448,6 +448,24 @@ def test_cli_client_without_max_epsilon_fails_in_one_line(offline):
     assert not (offline / "r.jsonl").exists()
 
 
+def test_cli_client_skips_rows_for_one_slice_of_a_file(offline):
+    """--skip N --limit M plays rows N+1..N+M (one phase's slice of a file); a --skip that
+    leaves no row fails in one line and writes nothing."""
+    base = ("client", "--plan", str(offline / "plan.json"), "--data", str(offline / "many.csv"),
+            "--max-epsilon", "1")
+    out = _cli(*base, "--save-reports", str(offline / "second.jsonl"), "--skip", "1",
+               "--limit", "5")
+    assert out.returncode == 0, out.stderr
+    assert "wrote 1 reports" in out.stdout
+    assert len((offline / "second.jsonl").read_text().splitlines()) == 1
+    out = _cli(*base, "--save-reports", str(offline / "none.jsonl"), "--skip", "2")
+    assert out.returncode == 2 and out.stderr.count("\n") == 1
+    assert "--skip 2 leaves none of the 2 rows" in out.stderr
+    assert not (offline / "none.jsonl").exists()
+    out = _cli(*base, "--save-reports", str(offline / "neg.jsonl"), "--skip", "-1")
+    assert out.returncode == 2 and "expected a whole number >= 0, got -1" in out.stderr
+
+
 def test_cli_client_refuses_a_plan_over_the_cap_in_one_line(offline):
     out = _cli("client", "--plan", str(offline / "plan.json"), "--data",
                str(offline / "many.csv"), "--save-reports", str(offline / "r.jsonl"),

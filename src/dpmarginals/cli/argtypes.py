@@ -14,7 +14,7 @@ from typing import NoReturn
 from ..core.errors import DPMarginalsError, check_epsilon
 
 __all__ = ["MAX_EPSILON", "OneLineParser", "epsilon", "number_in", "open_fraction",
-           "positive_int", "seed", "validated"]
+           "non_negative_int", "positive_int", "seed", "validated"]
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -56,6 +56,8 @@ def _int_at_least(minimum: int, what: str) -> Callable[[str], int]:
 
 #: A whole number >= 1.
 positive_int = _int_at_least(1, "a whole number")
+#: A whole number >= 0.
+non_negative_int = _int_at_least(0, "a whole number")
 #: A simulation seed: a whole number >= 0 (what numpy's SeedSequence accepts).
 seed = _int_at_least(0, "an integer seed")
 

@@ -31,6 +31,7 @@ from typing import Any
 
 from ..core.errors import DPMarginalsError
 from .argtypes import epsilon as _epsilon
+from .argtypes import non_negative_int as _non_negative_int
 from .argtypes import positive_int as _positive_int
 
 __all__ = ["register"]
@@ -145,7 +146,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 # -- client -------------------------------------------------------------------------------
 def _cmd_client(args: argparse.Namespace) -> int:
-    from ..protocol.client import check_plan, make_reports, play, read_records
+    from ..protocol.client import check_plan, make_reports, play
 
     if args.max_total_epsilon is not None and args.ledger is None:
         raise DPMarginalsError("--max-total-epsilon needs --ledger FILE")
@@ -156,14 +157,14 @@ def _cmd_client(args: argparse.Namespace) -> int:
             raise DPMarginalsError("give --server URL and --campaign ID, or (offline) --plan "
                                    "FILE and --save-reports FILE")
         plan = check_plan(args.plan, args.max_epsilon)
-        records = read_records(args.data, plan)[: args.limit]
+        records = _records(args, plan)
         reports = make_reports(plan, records, max_epsilon=args.max_epsilon)
         with open(args.save_reports, "w", encoding="utf-8") as sink:
             sink.writelines(json.dumps(r, separators=(",", ":")) + "\n" for r in reports)
         print(f"wrote {len(reports):,} reports for plan {plan.hash[:12]} to {args.save_reports}")
         return 0
     with _service_client(args) as client:
-        records = read_records(args.data, client.plan())[: args.limit]
+        records = _records(args, client.plan())
         summary = play(client, records, max_epsilon=args.max_epsilon, batch=args.batch,
                        assign=args.assign, save=args.save_reports)
     if args.json:
@@ -174,6 +175,18 @@ def _cmd_client(args: argparse.Namespace) -> int:
               f"{args.server} in {summary['seconds']:.2f} s"
               + (f" ({rate:,.0f} reports/s)" if rate else ""))
     return 0
+
+
+def _records(args: argparse.Namespace, plan: Any) -> Any:
+    """The rows of --data this run plays: after the first --skip, at most --limit."""
+    from ..protocol.client import read_records
+
+    rows = read_records(args.data, plan)
+    chosen = rows[args.skip:][: args.limit]
+    if not len(chosen):
+        raise DPMarginalsError(f"--skip {args.skip} leaves none of the {len(rows):,} rows of "
+                               f"{args.data}")
+    return chosen
 
 
 def _service_client(args: argparse.Namespace) -> Any:
@@ -196,12 +209,12 @@ def _service_client(args: argparse.Namespace) -> Any:
 
 def _client_device(args: argparse.Namespace) -> int:
     """``--ledger FILE``: the one record of --data as this device's report (ledger kept)."""
-    from ..protocol.client import Ledger, check_plan, make_report, read_records
+    from ..protocol.client import Ledger, check_plan, make_report
 
     ledger = Ledger(args.ledger, max_total_epsilon=args.max_total_epsilon)
 
     def one_record(plan: Any) -> list[int]:
-        rows = read_records(args.data, plan)[: args.limit]
+        rows = _records(args, plan)
         if len(rows) != 1:
             raise DPMarginalsError(f"--ledger keeps one device's budget: --data must hold one "
                                    f"record (or add --limit 1), got {len(rows):,}")
@@ -471,6 +484,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--assign", choices=("server", "local"), default="server",
                    help="groups from the service (default) or drawn on the device")
     p.add_argument("--limit", type=_positive_int, default=None, help="only the first N rows")
+    p.add_argument("--skip", type=_non_negative_int, default=0, metavar="N",
+                   help="skip the first N rows (with --limit M: rows N+1..N+M; e.g. one slice "
+                   "of a file per phase of an adaptive campaign)")
     p.add_argument("--save-reports", default=None, help="also write the reports (JSON lines)")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds per request")
     p.add_argument("--retries", type=int, default=3,
