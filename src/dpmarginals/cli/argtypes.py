@@ -13,8 +13,17 @@ from typing import NoReturn
 
 from ..core.errors import DPMarginalsError, check_epsilon
 
-__all__ = ["MAX_EPSILON", "OneLineParser", "epsilon", "number_in", "open_fraction",
-           "non_negative_int", "positive_int", "seed", "validated"]
+__all__ = [
+    "MAX_EPSILON",
+    "OneLineParser",
+    "epsilon",
+    "non_negative_int",
+    "number_in",
+    "open_fraction",
+    "positive_int",
+    "seed",
+    "validated",
+]
 
 
 class OneLineParser(argparse.ArgumentParser):
