@@ -131,6 +131,8 @@ class Structure:
     ``source``: where it came from ("public data", "phase 1", "prior").
     ``capacity``: orders whose sets not in ``energy`` get the order's mean scaled by their
     capacity relative to the order's mean capacity (:meth:`capacity_of`), not the mean alone.
+    The marginals are read once per attribute (:meth:`kappa` and :meth:`mean_capacity` keep
+    what they derive from them), so give them at construction.
     """
 
     domain: Domain
@@ -140,13 +142,19 @@ class Structure:
     source: str = "prior"
     lookup: Callable[[tuple[str, ...]], float] | None = field(default=None, repr=False)
     capacity: tuple[int, ...] = ()
+    _kappa: dict[str, float] = field(default_factory=dict, init=False, repr=False,
+                                     compare=False)
+    _mean_capacity: dict[int, float] = field(default_factory=dict, init=False, repr=False,
+                                             compare=False)
 
     def kappa(self, attr: str) -> float:
         """``sum_x p(x)^2`` of the attribute's distribution."""
-        from ..inference.pgm import concentration
+        if attr not in self._kappa:
+            from ..inference.pgm import concentration
 
-        p = self.marginals.get(attr)
-        return 1.0 / self.domain.size(attr) if p is None else concentration(p)
+            p = self.marginals.get(attr)
+            self._kappa[attr] = 1.0 / self.domain.size(attr) if p is None else concentration(p)
+        return self._kappa[attr]
 
     def single_energy(self, attr: str) -> float:
         """The 1-way marginal's squared distance to uniform (its error if unmeasured)."""
@@ -179,11 +187,13 @@ class Structure:
     def mean_capacity(self, order: int) -> float:
         """The mean capacity of the order-``order`` sets of the domain (an elementary
         symmetric polynomial of the ``1 - kappa_a``, over the number of sets)."""
-        poly = np.zeros(order + 1)
-        poly[0] = 1.0
-        for a in self.domain.attributes:
-            poly[1:] = poly[1:] + (1.0 - self.kappa(a)) * poly[:-1]
-        return float(poly[order]) / math.comb(len(self.domain), order)
+        if order not in self._mean_capacity:
+            poly = np.zeros(order + 1)
+            poly[0] = 1.0
+            for a in self.domain.attributes:
+                poly[1:] = poly[1:] + (1.0 - self.kappa(a)) * poly[:-1]
+            self._mean_capacity[order] = float(poly[order]) / math.comb(len(self.domain), order)
+        return self._mean_capacity[order]
 
     def energy_of(self, attrs: Sequence[str]) -> float:
         if len(attrs) == 1:
