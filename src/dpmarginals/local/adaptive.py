@@ -57,6 +57,7 @@ from ..planning.covering import balanced_subsets
 from ..planning.optimal import MAX_QUERIES, Groups, Structure, group_variance, plan_optimal
 from ..planning.workload import Workload, coefficient_variance, parse_workload
 from ..protocol.counts import Counts
+from ..protocol.phases import earlier_hashes
 from ..protocol.plan import GroupSpec, Plan
 from ..synopsis.base import Synopsis, consistent_synopsis
 from ..synopsis.stderr import collection_info
@@ -396,10 +397,7 @@ def check_phases(plans: Sequence[Plan], counts: Sequence[Counts]) -> int:
                                    f"adaptive collection (method {plan.method!r}, phase "
                                    f"{plan.params.get('phase')!r})")
         earlier = [p.hash for p in plans[:j]]
-        said = plan.params.get("earlier_hashes")
-        if said is None and j == 1:  # a two-phase plan made before earlier_hashes
-            said = [plan.params.get("phase1_hash")]
-        if j and said != earlier:
+        if j and earlier_hashes(plan) != earlier:
             raise DPMarginalsError(f"phase {j + 1}'s plan {plan.hash[:12]} was not planned from "
                                    f"these earlier phases (plans {[h[:12] for h in earlier]})")
         c.check([g.cells for g in plan.groups])

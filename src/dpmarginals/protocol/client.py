@@ -64,7 +64,7 @@ from ..core.randomness import RNGLike, client_rng
 from ..oracles import ORACLES, make_oracle
 from .formats import KNOWN, MAX_GROUP_SUPPORT, group_oracle
 from .ledger import BudgetExceeded, Ledger, LedgerError, PlanRefused
-from .phases import has_next_phase, next_phase_name
+from .phases import check_next_phase, next_phase_name
 from .plan import Plan
 from .reports import MAX_BATCH_REPORTS, MAX_GROUP_CELLS, PlanCodec, ReportError
 
@@ -807,10 +807,7 @@ class ServiceClient:
         """A client of the phase after this adaptive campaign's (``{phase 1's id}.phase{j}``,
         named from this campaign's plan), with the same server, token and timeouts."""
         plan = self.plan()
-        if not has_next_phase(plan):
-            raise DPMarginalsError(f"campaign {self.campaign!r} has no phase after it (plan "
-                                   f"method {plan.method!r}, phase {plan.params.get('phase')!r}"
-                                   f" of {plan.params.get('phases')!r})")
+        check_next_phase(self.campaign, plan)
         return ServiceClient(self.server, next_phase_name(self.campaign, plan),
                              token=self.token, timeout=self.timeout, retries=self.retries)
 

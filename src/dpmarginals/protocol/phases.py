@@ -4,9 +4,13 @@ on these without either importing the other)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from ..core.errors import DPMarginalsError
 from .plan import Plan
 
-__all__ = ["has_next_phase", "next_phase_name", "phase_of"]
+__all__ = ["check_next_phase", "earlier_hashes", "has_next_phase", "next_phase_name",
+           "phase_of"]
 
 
 def phase_of(plan: Plan) -> int:
@@ -18,6 +22,24 @@ def phase_of(plan: Plan) -> int:
 def has_next_phase(plan: Plan) -> bool:
     """Whether the plan is a phase of an adaptive collection with a phase after it."""
     return 1 <= phase_of(plan) < int(plan.params.get("phases", 2))
+
+
+def check_next_phase(campaign: str, plan: Plan) -> None:
+    """Raise unless ``campaign``'s plan is a phase with a phase after it."""
+    if not has_next_phase(plan):
+        raise DPMarginalsError(f"campaign {campaign!r} is not a phase of an adaptive "
+                               "collection with a phase after it (its plan's method is "
+                               f"{plan.method!r}, phase {plan.params.get('phase')!r} of "
+                               f"{plan.params.get('phases')!r})")
+
+
+def earlier_hashes(plan: Plan) -> list[Any]:
+    """The hashes of the earlier phases' plans that a later phase's plan names, in order (a
+    phase-2 plan made before ``earlier_hashes`` existed names phase 1's as ``phase1_hash``)."""
+    said = plan.params.get("earlier_hashes")
+    if said is None and phase_of(plan) == 2:
+        said = [plan.params.get("phase1_hash")]
+    return list(said) if isinstance(said, list) else []
 
 
 def next_phase_name(campaign: str, plan: Plan) -> str:

@@ -72,19 +72,19 @@ import numpy as np
 
 from .. import __version__
 from ..core.errors import DPMarginalsError
+from ..protocol.phases import (
+    check_next_phase,
+    earlier_hashes,
+    has_next_phase,
+    next_phase_name,
+    phase_of,
+)
 from ..protocol.reports import BATCH_SCHEMA, MAX_BATCH_REPORTS, REPORT_SCHEMA, ReportError
 from . import answer_domain
 from .admission import PlanRejected, admit_plan, check_structure
 from .errors import ServiceError, add_error_handlers, responses
 from .limits import BodyReader, RateLimiter, source_of
-from .phases import (
-    check_phase_one,
-    earlier_phases,
-    has_next_phase,
-    next_phase_name,
-    next_phase_plan,
-    phase_of,
-)
+from .phases import check_phase_one, earlier_phases, next_phase_plan
 from .releases import Release, Releases, marginal_answer
 from .settings import CampaignSettings
 from .store import Campaign, Store, open_store
@@ -517,12 +517,10 @@ def _add_campaign_endpoints(app: Any, fa: Any, agg: Aggregator, guards: Any) -> 
             raise ServiceError(422, "invalid_request", f"users must be an integer >= 1, got "
                                f"{users!r}")
         found = agg.campaign(campaign)
-        if not has_next_phase(found.plan):
-            raise ServiceError(422, "not_phase_one", f"campaign {campaign!r} is not a phase of "
-                               "an adaptive collection with a phase after it (its plan's "
-                               f"method is {found.plan.method!r}, phase "
-                               f"{found.plan.params.get('phase')!r} of "
-                               f"{found.plan.params.get('phases')!r})")
+        try:
+            check_next_phase(campaign, found.plan)
+        except DPMarginalsError as exc:
+            raise ServiceError(422, "not_phase_one", str(exc)) from None
         name = next_phase_name(campaign, found.plan)
         if not re.fullmatch(CAMPAIGN_PATTERN, name):
             raise ServiceError(422, "invalid_request", f"the next phase's id {name!r} would be "
@@ -583,10 +581,8 @@ def _check_next_phase_opens(store: Store, found: Campaign, name: str,
                            + '): give it {"settings": {"expires_at": ...}} (campaign '
                            "next-phase --expires WHEN)")
     taken = store.campaign(name)
-    said = None if taken is None else taken.plan.params.get("earlier_hashes",
-                                                            [taken.plan.params.get("phase1_hash")])
-    if taken is not None and (not isinstance(said, list) or not said
-                              or said[-1] != found.plan.hash):
+    said = [] if taken is None else earlier_hashes(taken.plan)
+    if taken is not None and (not said or said[-1] != found.plan.hash):
         raise ServiceError(409, "campaign_exists", f"campaign {name!r} exists and is not "
                            f"the next phase of {found.name!r} (its plan is {taken.plan.hash})")
     try:

@@ -18,11 +18,10 @@ from typing import Any
 
 from ..core.errors import DPMarginalsError
 from ..protocol.counts import Counts
-from ..protocol.phases import has_next_phase, next_phase_name, phase_of
+from ..protocol.phases import check_next_phase, earlier_hashes, phase_of
 from ..protocol.plan import Plan
 
-__all__ = ["check_phase_one", "earlier_phases", "has_next_phase", "next_phase_name",
-           "next_phase_plan", "phase_of"]
+__all__ = ["check_phase_one", "earlier_phases", "next_phase_plan"]
 
 
 def check_phase_one(plan: Plan, counts: Counts) -> None:
@@ -49,11 +48,7 @@ def next_phase_plan(phases: Sequence[tuple[str, Plan, Counts]], users: int | Non
     many will report in it; default: the share phase 1 planned for it, or in the last phase
     the planned total less every report so far)."""
     campaign, plan, _ = phases[-1]
-    if not has_next_phase(plan):
-        raise DPMarginalsError(f"campaign {campaign!r} is not a phase of an adaptive "
-                               "collection with a phase after it (its plan's method is "
-                               f"{plan.method!r}, phase {plan.params.get('phase')!r} of "
-                               f"{plan.params.get('phases')!r})")
+    check_next_phase(campaign, plan)
     first = phases[0][1]
     if users is None and phase_of(plan) + 1 == int(first.params.get("phases", 2)):
         left = int(first.params.get("users", 0)) - sum(c.n for _, _, c in phases)
@@ -73,9 +68,9 @@ def earlier_phases(store: Any, plan: Plan) -> list[tuple[str, Plan, Counts]]:
     if phase_of(plan) < 2:
         return []
     names = plan.params.get("earlier_campaigns", [plan.params.get("phase1_campaign")])
-    hashes = plan.params.get("earlier_hashes", [plan.params.get("phase1_hash")])
-    if (not isinstance(names, list) or not isinstance(hashes, list)
-            or len(names) != len(hashes) or len(names) != phase_of(plan) - 1):
+    hashes = earlier_hashes(plan)
+    if (not isinstance(names, list) or len(names) != len(hashes)
+            or len(names) != phase_of(plan) - 1):
         raise DPMarginalsError(f"phase {phase_of(plan)}'s plan must name its "
                                f"{phase_of(plan) - 1} earlier phases' campaigns and plans")
     out = []
