@@ -285,12 +285,12 @@ class Adaptive:
         if users < 1:
             raise DPMarginalsError(f"phase {phase + 1} has no users left ({users})")
         domain = first.domain
-        views = [v for p, c in zip(plans, counts, strict=True) for v in _reported_views(p, c)]
+        views = [v for p, c in zip(plans, counts, strict=True) for v in _reported(p, c)[1]]
         structure = phase_one_structure(domain, views, conservative=self.conservative)
         workload = self.workload_for(domain)
         calm = CALM(epsilon=self.epsilon, k=min(self.k, len(domain))).plan(domain, users)
         choice = plan_optimal(domain, users, self.epsilon, workload, structure,
-                              existing=_existing_groups(domain, views), shrink=True,
+                              existing=Groups.reported(domain, views), shrink=True,
                               oracles=self.oracles,
                               extra=[("calm", [g.attributes for g in calm.groups])])
         params = {"phase": phase + 1, "phases": total, "k": self.k, "phase1_hash": first.hash,
@@ -344,9 +344,9 @@ class Adaptive:
         views: list[NoisyView] = []
         groups: list[dict[str, Any]] = []
         for p, c in zip(plans, all_counts, strict=True):
-            phase_views = _reported_views(p, c)
+            reported, phase_views = _reported(p, c)
             views += phase_views
-            groups += collection_info(_reported_plan(p, c), phase_views)["groups"]
+            groups += collection_info(reported, phase_views)["groups"]
         if not views:
             raise DPMarginalsError("no reports yet: every group is empty")
         last = plans[-1]
@@ -404,27 +404,8 @@ def check_phases(plans: Sequence[Plan], counts: Sequence[Counts]) -> int:
     return len(plans)
 
 
-def _reported_plan(plan: Plan, counts: Counts) -> Plan:
-    """The plan with only its groups that have reports."""
-    return replace(plan, groups=tuple(plan.groups[g] for g in range(plan.m)
-                                      if counts.users[g] > 0))
-
-
-def _reported_views(plan: Plan, counts: Counts) -> list[NoisyView]:
-    """The calibrated views of the plan's groups that have reports."""
+def _reported(plan: Plan, counts: Counts) -> tuple[Plan, list[NoisyView]]:
+    """The plan with only its groups that have reports, and their calibrated views."""
     keep = [g for g in range(plan.m) if counts.users[g] > 0]
-    return calibrated_views(_reported_plan(plan, counts), counts.subset(keep))
-
-
-def _existing_groups(domain: Domain, views: Sequence[NoisyView]) -> Groups:
-    """Earlier phases' groups as the planner pools them."""
-    masks = []
-    for v in views:
-        mask = 0
-        for a in v.attributes:
-            mask |= 1 << domain.index(a)
-        masks.append(mask)
-    return Groups(np.array(masks, dtype=np.uint64),
-                  np.array([v.table.size for v in views], dtype=np.float64),
-                  np.array([v.variance for v in views]),
-                  np.array([v.users for v in views], dtype=np.float64))
+    sub = replace(plan, groups=tuple(plan.groups[g] for g in keep))
+    return sub, calibrated_views(sub, counts.subset(keep))

@@ -345,6 +345,16 @@ class Groups:
                     np.full(len(sets), float(users))),
                 [chosen[c][0] for c in cells])
 
+    @classmethod
+    def reported(cls, domain: Domain, views: Sequence[Any]) -> Groups:
+        """Groups that already reported, from their views (each with ``attributes``,
+        ``table``, ``users`` and ``variance``, the coefficient variance): an earlier phase's,
+        pooled into every candidate's prediction."""
+        return cls(np.array([_mask(domain, v.attributes) for v in views], dtype=np.uint64),
+                   np.array([v.table.size for v in views], dtype=np.float64),
+                   np.array([v.variance for v in views], dtype=np.float64),
+                   np.array([v.users for v in views], dtype=np.float64))
+
     def __add__(self, other: Groups) -> Groups:
         return Groups(*(np.concatenate([a, b]) for a, b in
                         zip((self.masks, self.cells, self.variance, self.users),
