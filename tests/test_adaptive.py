@@ -96,6 +96,17 @@ def test_each_user_reports_once_and_each_phase_depends_only_on_the_earlier_ones(
             method.release([plans[0], other[1].plan], [counts[0], other[1].counts])
 
 
+def test_the_last_phase_needs_its_users_named_when_the_plan_has_none_left():
+    data = _correlated(3000)
+    method = Adaptive(epsilon=1.0, k=2, phases=2, share=0.25)
+    plan1 = method.plan(data.domain, 1000)  # planned for 1,000 users; 3,000 report
+    counts1 = group_supports(data, plan1, rng=1)
+    with pytest.raises(DPMarginalsError, match="3000 reports, as many as the 1000 users the "
+                                               "plan was made for: say how many users phase 2"):
+        method.next_phase([plan1], [counts1])
+    assert method.next_phase([plan1], [counts1], 500).params["users"] == 500
+
+
 def test_interaction_energies_find_the_strong_pairs_and_not_the_triples():
     """The chained pairs (x0,x1), (x2,x3), (x4,x5) have energy ~0.06; every other pair and
     every triple has none.  With 4,000 users per group the estimates must rank the chained

@@ -279,9 +279,17 @@ class Adaptive:
             check_phase_one(first, counts[0])
         if users is None:
             planned = first.params.get("phase_users")
-            users = (int(first.params["users"]) - sum(c.n for c in counts)
-                     if phase + 1 == total or not isinstance(planned, list)
-                     else int(planned[phase]))
+            if phase + 1 < total and isinstance(planned, list):
+                users = int(planned[phase])
+            else:  # the last phase: the users left
+                reported = sum(c.n for c in counts)
+                users = int(first.params["users"]) - reported
+                if users < 1:
+                    raise DPMarginalsError(
+                        f"the phases so far have {reported} reports, as many as the "
+                        f"{first.params['users']} users the plan was made for: say how many "
+                        f"users phase {phase + 1} will have (users=N; the service's "
+                        '{"users": N}, `campaign next-phase --users N`)')
         if users < 1:
             raise DPMarginalsError(f"phase {phase + 1} has no users left ({users})")
         domain = first.domain

@@ -50,13 +50,6 @@ def next_phase_plan(phases: Sequence[tuple[str, Plan, Counts]], users: int | Non
     campaign, plan, _ = phases[-1]
     check_next_phase(campaign, plan)
     first = phases[0][1]
-    if users is None and phase_of(plan) + 1 == int(first.params.get("phases", 2)):
-        left = int(first.params.get("users", 0)) - sum(c.n for _, _, c in phases)
-        if left < 1:
-            raise DPMarginalsError(f"the phases so far have {sum(c.n for _, _, c in phases)} "
-                                   f"reports, as many as the {first.params.get('users')} users "
-                                   "the plan was made for: say how many users the last phase "
-                                   'will have ({"users": N})')
     nxt = _method(first).next_phase([p for _, p, _ in phases], [c for _, _, c in phases], users)
     return replace(nxt, params={**nxt.params, "phase1_campaign": phases[0][0],
                                 "earlier_campaigns": [name for name, _, _ in phases]})
