@@ -88,3 +88,20 @@ def test_unmeasured_energies_follow_capacity_and_keep_the_order_mean():
     # a measured set keeps its own energy
     st.energy[frozenset(("x0", "x1"))] = 0.5
     assert st.energy_of(("x0", "x1")) == 0.5
+
+
+def test_orders_beyond_the_known_ones_decay_at_least_by_order_decay():
+    """Beyond the largest known order, each order keeps the last two known orders' ratio, at
+    most ORDER_DECAY of the one below (noisy reports overstate triples against pairs)."""
+    from dpmarginals.planning.optimal import ORDER_DECAY
+
+    dom = Domain(tuple(f"x{i}" for i in range(8)), (2,) * 8)
+    steep = Structure.prior(dom, {2: 1e-3, 3: 1e-5})          # ratio 0.01 < ORDER_DECAY
+    assert math.isclose(steep.order_mean(5), 1e-5 * 0.01**2)
+    flat = Structure.prior(dom, {2: 1e-3, 3: 8e-4})           # ratio 0.8: capped
+    assert 0 < ORDER_DECAY < 0.5
+    for order in (4, 5, 6):
+        assert math.isclose(flat.order_mean(order), 8e-4 * ORDER_DECAY ** (order - 3))
+    pairs_only = Structure.prior(dom, {2: 1e-3})              # one order: the cap itself
+    assert math.isclose(pairs_only.order_mean(3), 1e-3 * ORDER_DECAY)
+    assert pairs_only.order_mean(2) == 1e-3                   # known orders are kept
