@@ -10,7 +10,7 @@ import numpy as np
 
 from dpmarginals import Domain
 from dpmarginals.inference.pgm import _fit_mixture, capacity_scale, interaction_capacity
-from dpmarginals.planning.optimal import Structure
+from dpmarginals.planning.optimal import ORDER_DECAY, Structure
 
 
 def test_capacity_is_the_product_of_the_gini_impurities():
@@ -93,8 +93,6 @@ def test_unmeasured_energies_follow_capacity_and_keep_the_order_mean():
 def test_orders_beyond_the_known_ones_decay_at_least_by_order_decay():
     """Beyond the largest known order, each order keeps the last two known orders' ratio, at
     most ORDER_DECAY of the one below (noisy reports overstate triples against pairs)."""
-    from dpmarginals.planning.optimal import ORDER_DECAY
-
     dom = Domain(tuple(f"x{i}" for i in range(8)), (2,) * 8)
     steep = Structure.prior(dom, {2: 1e-3, 3: 1e-5})          # ratio 0.01 < ORDER_DECAY
     assert math.isclose(steep.order_mean(5), 1e-5 * 0.01**2)
