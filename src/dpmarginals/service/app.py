@@ -570,7 +570,7 @@ def _add_campaign_endpoints(app: Any, fa: Any, agg: Aggregator, guards: Any) -> 
 
 
 def _check_next_phase_opens(store: Store, found: Campaign, name: str,
-                           settings: CampaignSettings, inherited: bool) -> None:
+                            settings: CampaignSettings, inherited: bool) -> None:
     """What would make the next phase fail, checked before this one is closed (closing is
     final): settings already expired, the name taken by another campaign, a phase-1 group
     without reports (counts only grow, so this holds after closing too)."""
