@@ -295,6 +295,11 @@ def test_plan_optimal_from_a_prior_and_its_errors(capsys, tmp_path):
     code, _, err = _cli(capsys, "plan", "--optimal", "--n", "100", "--d", "8", "--k", "3",
                         "--epsilon", "1", "--prior", "two=1")
     assert code == 2 and "ORDER=ENERGY" in err
+    for bad, said in (("2=1e-4,3=nan", "nan"), ("2=1e-4,3=-1", "-1.0"), ("2=3", "3.0")):
+        code, _, err = _cli(capsys, "plan", "--optimal", "--n", "100", "--d", "8", "--k", "3",
+                            "--epsilon", "1", "--prior", bad)
+        assert code == 2 and len(err.splitlines()) == 1
+        assert "order_energy[" in err and "[0, 2]" in err and f"got {said}" in err
 
 
 def test_experiment_population_option_applies_to_calm_fig4_only(capsys):

@@ -103,3 +103,17 @@ def test_orders_beyond_the_known_ones_decay_at_least_by_order_decay():
     pairs_only = Structure.prior(dom, {2: 1e-3})              # one order: the cap itself
     assert math.isclose(pairs_only.order_mean(3), 1e-3 * ORDER_DECAY)
     assert pairs_only.order_mean(2) == 1e-3                   # known orders are kept
+
+
+def test_orders_between_known_ones_lie_between_them():
+    """An order between two given ones is interpolated (geometrically), never extrapolated
+    from the top one downward (which made order 3 of {2: 1e-4, 9: 1} 0.2^-6 = 15,625)."""
+    dom = Domain(tuple(f"x{i}" for i in range(10)), (2,) * 10)
+    gap = Structure.prior(dom, {2: 1e-4, 9: 1.0})
+    inside = [gap.order_mean(j) for j in range(3, 9)]
+    assert all(1e-4 < e < 1.0 for e in inside)
+    assert np.all(np.diff(inside) > 0)
+    assert math.isclose(gap.order_mean(5), 1e-4 * (1.0 / 1e-4) ** (3 / 7))
+    assert math.isclose(gap.order_mean(10), 1.0 * ORDER_DECAY)   # beyond: the decay
+    zero = Structure.prior(dom, {2: 0.0, 4: 1e-3})              # linear when one is 0
+    assert math.isclose(zero.order_mean(3), 5e-4)

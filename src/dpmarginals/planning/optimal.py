@@ -100,6 +100,8 @@ EXACT_ORDERS = 3
 #: earlier cap of 0.5 the planner saw 4-way interactions that are not there and, on Kosarak
 #: d = 32, k = 8, eps = 0.2, chose 4-way groups that measured 2.7x CALM's error.
 ORDER_DECAY = 0.2
+#: Largest interaction energy there is: the squared L2 distance between two distributions.
+MAX_ENERGY = 2.0
 #: Largest marginal size a candidate group reports.
 MAX_L = 6
 #: Fewest users a candidate plan may give one group.
@@ -174,18 +176,28 @@ class Structure:
         return float(((p - 1.0 / p.size) ** 2).sum())
 
     def order_mean(self, order: int) -> float:
-        """The mean energy of an order-``order`` set (extrapolated beyond the given orders)."""
+        """The mean energy of an order-``order`` set: below the given orders, the lowest's;
+        between two given orders, geometric interpolation (linear when one is 0); beyond
+        them, the decay of :data:`ORDER_DECAY`."""
         if order in self.order_energy:
             return float(self.order_energy[order])
         known = sorted(j for j in self.order_energy if j >= 2)
         if not known:
             return 0.0
+        if order < known[0]:
+            return float(self.order_energy[known[0]])
         top = known[-1]
+        if order < top:
+            lo = max(j for j in known if j < order)
+            hi = min(j for j in known if j > order)
+            e_lo, e_hi = float(self.order_energy[lo]), float(self.order_energy[hi])
+            t = (order - lo) / (hi - lo)
+            if e_lo > 0 and e_hi > 0:
+                return e_lo * (e_hi / e_lo) ** t
+            return e_lo + (e_hi - e_lo) * t
         ratio = ORDER_DECAY
         if top - 1 in self.order_energy and self.order_energy[top - 1] > 0:
             ratio = min(ORDER_DECAY, self.order_energy[top] / self.order_energy[top - 1])
-        if order < known[0]:
-            return float(self.order_energy[known[0]])
         return float(self.order_energy[top] * ratio ** (order - top))
 
     def capacity_of(self, attrs: Sequence[str]) -> float:
@@ -226,9 +238,10 @@ class Structure:
         for j, e in order_energy.items():
             j = check_positive_int(j, "order", 1)
             value = float(e)
-            if not (value >= 0 and math.isfinite(value)):
-                raise DPMarginalsError(f"order_energy[{j}] must be a finite number >= 0, "
-                                       f"got {e!r}")
+            if not 0 <= value <= MAX_ENERGY:
+                raise DPMarginalsError(f"order_energy[{j}] must be a number in [0, "
+                                       f"{MAX_ENERGY:g}] (a squared distance between two "
+                                       f"distributions), got {e!r}")
             clean[j] = value
         return cls(domain, {a: np.asarray(p, float) for a, p in (marginals or {}).items()},
                    {}, clean, "prior")
