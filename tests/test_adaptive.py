@@ -162,11 +162,14 @@ def test_predicted_error_never_rises_with_n():
 
 @pytest.mark.slow
 def test_adaptive_beats_calm_on_correlated_data_with_the_same_users():
-    """Seeded: 4 repeats of 40,000 users, all 15 pairs of 6 attributes, eps = 1.  The
+    """Seeded: 12 repeats of 40,000 users, all 15 pairs of 6 attributes, eps = 1.  The
     adaptive method measures the three strong pairs with many users; CALM spreads the users
-    over theta*n = 15 groups.  Budget: the mean SSE ratio must be below 0.8 (measured ~0.3)."""
+    over theta*n = 15 groups.  Budget: the geometric mean of the SSE ratio must be below 0.7
+    (measured 0.44; 0.57 with the scale-mixture prior on every order).  Single repeats vary
+    0.1-2.1x, so fewer repeats or the arithmetic mean cannot tell a regression from a bad
+    draw (the first 4 repeats: 0.79 and 1.05)."""
     ratios = []
-    for r in range(4):
+    for r in range(12):
         data = _correlated(40_000, seed=r)
         queries = random_queries(data.domain, 2, 15, rng=r)
         exact = {q: data.marginal(list(q)).values for q in queries}
@@ -178,7 +181,7 @@ def test_adaptive_beats_calm_on_correlated_data_with_the_same_users():
         calm = make("calm", epsilon=1.0, k=2).run(data, rng=100 + r)
         adaptive = make("adaptive", epsilon=1.0, k=2).run(data, rng=100 + r)
         ratios.append(sse(adaptive) / sse(calm))
-    assert np.mean(ratios) < 0.8, ratios
+    assert np.exp(np.mean(np.log(ratios))) < 0.7, ratios
 
 
 def test_phase_one_structure_from_a_collection():

@@ -68,6 +68,7 @@ from .pgm import (
     capacity_scale,
     eb_shrink,
 )
+from .signed_prior import fit_signed
 
 __all__ = ["InteractionEnergies", "interaction_energies"]
 
@@ -100,11 +101,11 @@ def _posterior_energy(r2: float, dims: int, v: float, grid: np.ndarray,
     return float((post * (s**2 * r2 + dims * s * v)).sum())
 
 
-def _residuals(domain: Domain, views: Sequence[NoisyMarginal]
+def _residuals(domain: Domain, views: Sequence[NoisyMarginal], signs: bool
                ) -> tuple[dict[tuple[str, ...], tuple[np.ndarray, float]], Any]:
     """Every measured set's top-block residual against the max-entropy base of its shrunk
     facets, with its modelled noise per coefficient; and the shrinkage result."""
-    shrunk = eb_shrink(domain, views, capacity=CAPACITY_ORDERS)
+    shrunk = eb_shrink(domain, views, capacity=CAPACITY_ORDERS, signs=signs)
     sizes = dict(zip(domain.attributes, domain.sizes, strict=True))
     canon = []
     for v in views:
@@ -148,9 +149,14 @@ def _residuals(domain: Domain, views: Sequence[NoisyMarginal]
 
 
 def interaction_energies(domain: Domain, views: Sequence[NoisyMarginal], *,
-                         conservative: bool = False) -> InteractionEnergies:
-    """The posterior energies of every interaction the views measure (module docstring)."""
-    measured, shrunk = _residuals(domain, views)
+                         conservative: bool = False, signs: bool = False
+                         ) -> InteractionEnergies:
+    """The posterior energies of every interaction the views measure (module docstring).
+
+    ``signs=True``: orders of single-coefficient blocks use the prior of
+    :mod:`~dpmarginals.inference.signed_prior` (its posterior energies), as
+    :func:`~dpmarginals.inference.pgm.eb_shrink` does with ``signs=True``."""
+    measured, shrunk = _residuals(domain, views, signs)
     blocks: dict[int, list[tuple[tuple[str, ...], np.ndarray, float]]] = {}
     for sub, (resid, noise) in measured.items():
         blocks.setdefault(len(sub), []).append((sub, resid, noise))
@@ -161,9 +167,14 @@ def interaction_energies(domain: Domain, views: Sequence[NoisyMarginal], *,
         noise = np.array([v for _, _, v in items])
         scale = (capacity_scale([s for s, _, _ in items], [r.size for r in resid],
                                 shrunk.tables) if order in CAPACITY_ORDERS else np.ones(len(items)))
-        grid, weights, _ = _fit_mixture(resid, noise, scale=scale)
-        values = np.array([_posterior_energy(float((r**2).sum()), r.size, v, s * grid, weights)
-                           for r, v, s in zip(resid, noise, scale, strict=True)])
+        if signs and all(r.size == 1 for r in resid):
+            values = fit_signed(np.array([float(r.ravel()[0]) for r in resid]), noise,
+                                scale).energy
+        else:
+            grid, weights, _ = _fit_mixture(resid, noise, scale=scale)
+            values = np.array([_posterior_energy(float((r**2).sum()), r.size, v, s * grid,
+                                                 weights)
+                               for r, v, s in zip(resid, noise, scale, strict=True)])
         if conservative and len(items) > 1:
             dims = np.array([r.size for r in resid], dtype=np.float64)
             excess = np.array([float((r**2).sum()) for r in resid]) - dims * noise

@@ -72,6 +72,7 @@ from dpmarginals.inference.pgm_cost import (
     limits_to_json,
     predict_fit,
 )
+from dpmarginals.inference.signed_prior import fit_signed
 
 __all__ = [
     "EXTRA_MESSAGE",
@@ -287,7 +288,7 @@ def _canonical(domain: Domain, attrs: Sequence[str]) -> tuple[str, ...]:
 
 
 def eb_shrink(domain: Domain, views: Sequence[NoisyMarginal], *,
-              first_order: bool = True, capacity: Sequence[int] = (),
+              first_order: bool = True, capacity: Sequence[int] = (), signs: bool = False,
               energies: Callable[[tuple[str, ...]], float] | None = None) -> ShrinkResult:
     """Pool, then shrink every marginal's top-order interaction toward max-entropy.
 
@@ -295,8 +296,11 @@ def eb_shrink(domain: Domain, views: Sequence[NoisyMarginal], *,
     as :class:`~dpmarginals.inference.views.NoisyView` carries it).  ``first_order=False``
     leaves the 1-way marginals unshrunk (pooled only).  ``capacity``: orders whose prior
     scales with each set's capacity (:func:`capacity_scale`; the adaptive method passes
-    :data:`CAPACITY_ORDERS`).  ``energies``: known interaction energies (e.g. a public
-    sample's, :meth:`~dpmarginals.planning.optimal.Structure.energy_of`): each block is then
+    :data:`CAPACITY_ORDERS`).  ``signs=True``: orders whose blocks are single coefficients
+    (binary attributes) get a prior that learns which sign the data's interactions take
+    (:mod:`~dpmarginals.inference.signed_prior`; the adaptive method's).  ``energies``:
+    known interaction energies (e.g. a public sample's,
+    :meth:`~dpmarginals.planning.optimal.Structure.energy_of`): each block is then
     shrunk by ``E / (E + D v)``, the factor the planner's prediction assumes, instead of the
     fitted prior's posterior (``benchmarks/adaptive_headroom.py`` measures what that is worth).
     """
@@ -347,9 +351,16 @@ def eb_shrink(domain: Domain, views: Sequence[NoisyMarginal], *,
         resid = [_top(p) - _top(b) for _, p, b in items]
         scale = (capacity_scale([s for s, _, _ in items], [r.size for r in resid], tables)
                  if order in capacity else None)
-        grid, weights, facs = _fit_mixture(resid, np.array([noise[s] for s, _, _ in items]),
-                                           scale=scale)
-        prior[order] = (grid, weights)
+        noises = np.array([noise[s] for s, _, _ in items])
+        if signs and all(r.size == 1 for r in resid):  # binary attributes: signed_prior
+            fit = fit_signed(np.array([float(r.ravel()[0]) for r in resid]), noises, scale)
+            prior[order] = (fit.variances, fit.weights)
+            facs = fit.kept
+            kept = [np.reshape(m, r.shape) for m, r in zip(fit.mean, resid, strict=True)]
+        else:
+            grid, weights, facs = _fit_mixture(resid, noises, scale=scale)
+            prior[order] = (grid, weights)
+            kept = [f * r for f, r in zip(facs, resid, strict=True)]
         if energies is not None:
             known = np.array([float(energies(s)) for s, _, _ in items])
             bad = np.flatnonzero(~(np.isfinite(known) & (known >= 0)))
@@ -359,8 +370,9 @@ def eb_shrink(domain: Domain, views: Sequence[NoisyMarginal], *,
             block_noise = np.array([noise[s] * r.size for (s, _, _), r in zip(items, resid,
                                                                               strict=True)])
             facs = known / np.maximum(known + block_noise, 1e-300)
-        for (sub, _, base), r, f in zip(items, resid, facs, strict=True):
-            tables[sub] = _with_top(base, _top(base) + f * r)
+            kept = [f * r for f, r in zip(facs, resid, strict=True)]
+        for (sub, _, base), r, f in zip(items, kept, facs, strict=True):
+            tables[sub] = _with_top(base, _top(base) + r)
             factor[sub] = float(f)
     return ShrinkResult(tables, factor, noise, prior)
 

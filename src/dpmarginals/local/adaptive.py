@@ -113,7 +113,7 @@ def phase_one_structure(domain: Domain, views: Sequence[NoisyView], *,
     (:func:`~dpmarginals.inference.energies.interaction_energies`).  Pairs phase 1 did not
     measure get the measured pairs' energy per unit of capacity times their own
     (:meth:`~dpmarginals.planning.optimal.Structure.capacity_of`)."""
-    est = interaction_energies(domain, views, conservative=conservative)
+    est = interaction_energies(domain, views, conservative=conservative, signs=True)
     structure = Structure(domain, est.marginals, dict(est.energy), {}, "phase 1",
                           capacity=CAPACITY_ORDERS)
     for order, mean in est.order_energy.items():
@@ -137,7 +137,7 @@ def shrunk_synopsis(domain: Domain, views: Sequence[NoisyView], method: str,
     """
     from ..inference.pgm import eb_shrink
 
-    shrunk = eb_shrink(domain, views, capacity=CAPACITY_ORDERS)
+    shrunk = eb_shrink(domain, views, capacity=CAPACITY_ORDERS, signs=True)
     sets = {tuple(sorted(v.attributes, key=domain.index)) for v in views}
     maximal = sorted((s for s in sets if not any(set(s) < set(o) for o in sets)),
                      key=lambda s: (len(s), s))
