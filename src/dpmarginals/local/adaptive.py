@@ -31,6 +31,10 @@ planned the same way from every earlier phase's reports, and the last takes the 
    only), or the graphical model (``inference="pgm"``, the optional extra; its shrinkage
    keeps calm-pgm's exchangeable prior).
 
+Binary attributes' interactions are single coefficients whose sign real data prefer
+(Kosarak's pairs positive, MSNBC's triples negative); steps 2 and 4 learn that preference
+(:mod:`dpmarginals.inference.signed_prior`).
+
 Each phase's plan is post-processing of earlier phases' private reports and every user
 reports once, at the full epsilon, so the whole collection is epsilon-LDP for every user.
 """
