@@ -68,7 +68,7 @@ from .pgm import (
     capacity_scale,
     eb_shrink,
 )
-from .signed_prior import fit_signed
+from .signed_prior import fit_signed, single_coefficients
 
 __all__ = ["InteractionEnergies", "interaction_energies"]
 
@@ -167,9 +167,9 @@ def interaction_energies(domain: Domain, views: Sequence[NoisyMarginal], *,
         noise = np.array([v for _, _, v in items])
         scale = (capacity_scale([s for s, _, _ in items], [r.size for r in resid],
                                 shrunk.tables) if order in CAPACITY_ORDERS else np.ones(len(items)))
-        if signs and all(r.size == 1 for r in resid):
-            values = fit_signed(np.array([float(r.ravel()[0]) for r in resid]), noise,
-                                scale).energy
+        single = single_coefficients(resid) if signs else None
+        if single is not None:
+            values = fit_signed(single, noise, scale).energy
         else:
             grid, weights, _ = _fit_mixture(resid, noise, scale=scale)
             values = np.array([_posterior_energy(float((r**2).sum()), r.size, v, s * grid,

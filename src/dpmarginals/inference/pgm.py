@@ -61,6 +61,7 @@ import numpy as np
 from dpmarginals.core.domain import Domain
 from dpmarginals.core.errors import DPMarginalsError
 from dpmarginals.core.extras import message
+from dpmarginals.inference.grid_mixture import fit_weights, posterior, variance_grid
 from dpmarginals.inference.maxent import max_entropy
 from dpmarginals.inference.pgm_cost import (
     MAX_FIT_MEMORY_MB,
@@ -72,7 +73,7 @@ from dpmarginals.inference.pgm_cost import (
     limits_to_json,
     predict_fit,
 )
-from dpmarginals.inference.signed_prior import fit_signed
+from dpmarginals.inference.signed_prior import fit_signed, single_coefficients
 
 __all__ = [
     "EXTRA_MESSAGE",
@@ -232,25 +233,12 @@ def _fit_mixture(resid: list[np.ndarray], noise: np.ndarray, iters: int = 300,
     dims = np.array([r.size for r in resid], dtype=np.float64)
     sq = np.array([float((r**2).sum()) for r in resid])
     s = np.ones(len(resid)) if scale is None else np.asarray(scale, dtype=np.float64)
-    base = max(float((noise / s).min()), 1e-300)
-    grid = np.concatenate([[0.0], base * 2.0 ** np.arange(-6, 24)])
+    grid = np.concatenate([[0.0], variance_grid(noise, s)])
     prior = s[:, None] * grid[None, :]
     total = noise[:, None] + prior
     loglik = -0.5 * dims[:, None] * np.log(total) - 0.5 * sq[:, None] / total
-    weights = np.full(grid.size, 1.0 / grid.size)
-    for _ in range(iters):
-        post = loglik + np.log(np.maximum(weights, 1e-300))
-        post = np.exp(post - post.max(axis=1, keepdims=True))
-        post /= post.sum(axis=1, keepdims=True)
-        new = post.mean(axis=0)
-        if np.abs(new - weights).max() < 1e-8:
-            weights = new
-            break
-        weights = new
-    post = loglik + np.log(np.maximum(weights, 1e-300))
-    post = np.exp(post - post.max(axis=1, keepdims=True))
-    post /= post.sum(axis=1, keepdims=True)
-    factors = (post * (prior / total)).sum(axis=1)
+    weights = fit_weights(loglik, np.full(grid.size, 1.0 / grid.size), iters)
+    factors = (posterior(loglik, weights) * (prior / total)).sum(axis=1)
     return grid, weights, factors
 
 
@@ -352,8 +340,9 @@ def eb_shrink(domain: Domain, views: Sequence[NoisyMarginal], *,
         scale = (capacity_scale([s for s, _, _ in items], [r.size for r in resid], tables)
                  if order in capacity else None)
         noises = np.array([noise[s] for s, _, _ in items])
-        if signs and all(r.size == 1 for r in resid):  # binary attributes: signed_prior
-            fit = fit_signed(np.array([float(r.ravel()[0]) for r in resid]), noises, scale)
+        single = single_coefficients(resid) if signs else None
+        if single is not None:  # binary attributes: signed_prior
+            fit = fit_signed(single, noises, scale)
             prior[order] = (fit.variances, fit.weights)
             facs = fit.kept
             kept = [np.reshape(m, r.shape) for m, r in zip(fit.mean, resid, strict=True)]

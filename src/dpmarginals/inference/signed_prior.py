@@ -6,8 +6,8 @@ tell a positive interaction from a negative one, but real data can: on Kosarak 9
 pairs' energy is in positive coefficients, on MSNBC 99.7% of the triples' in negative ones
 (Helmert orientation).  Here the prior is a point mass at 0 and half-normals on either
 sign over a grid of variances, the weights fitted by maximum likelihood (EM; the scale
-mixture's grid, each normal split into its two signs): block b's coefficient is ``mu_b``
-with prior variance ``s_b g_k`` in component k (``s_b`` its capacity scale,
+mixture's grid, each normal split into its two signs: :mod:`.grid_mixture`): block b's
+coefficient is ``mu_b`` with prior variance ``s_b g_k`` in component k (``s_b`` its capacity scale,
 :func:`~dpmarginals.inference.pgm.capacity_scale`) and its residual ``r_b ~ N(mu_b, v_b)``.
 Each component's posterior is the scale mixture's ``N(r g / (g + v), g v / (g + v))``
 truncated to the component's sign, so the posterior mean and energy are closed-form and a
@@ -18,15 +18,16 @@ symmetric and the shrinkage the scale mixture's.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from scipy.special import log_ndtr
 
-__all__ = ["SignedFit", "fit_signed"]
+from .grid_mixture import fit_weights, posterior, variance_grid
 
-#: Doublings of the prior variance the grid spans around its base (the scale mixture's).
-SPAN = (-6, 24)
+__all__ = ["SignedFit", "fit_signed", "single_coefficients"]
+
 _LOG_SQRT_2PI = 0.5 * np.log(2 * np.pi)
 
 
@@ -64,10 +65,12 @@ def _components(r: np.ndarray, v: np.ndarray, s: np.ndarray, signs: np.ndarray,
     return loglik, first, np.maximum(second, first**2)
 
 
-def _posterior(loglik: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    post = loglik + np.log(np.maximum(weights, 1e-300))
-    post = np.exp(post - post.max(axis=1, keepdims=True))
-    return post / post.sum(axis=1, keepdims=True)
+def single_coefficients(resid: Sequence[np.ndarray]) -> np.ndarray | None:
+    """The blocks' residuals as one array when every block is a single coefficient (the
+    blocks :func:`fit_signed` is for), else None."""
+    if not all(r.size == 1 for r in resid):
+        return None
+    return np.array([float(r.ravel()[0]) for r in resid])
 
 
 def fit_signed(resid: np.ndarray, noise: np.ndarray, scale: np.ndarray | None = None,
@@ -77,20 +80,13 @@ def fit_signed(resid: np.ndarray, noise: np.ndarray, scale: np.ndarray | None = 
     r = np.asarray(resid, dtype=np.float64).ravel()
     v = np.asarray(noise, dtype=np.float64).ravel()
     s = np.ones(r.size) if scale is None else np.asarray(scale, dtype=np.float64).ravel()
-    base = max(float((v / s).min()), 1e-300)
-    grid = base * 2.0 ** np.arange(*SPAN)
+    grid = variance_grid(v, s)
     signs = np.concatenate([[0.0], -np.ones(grid.size), np.ones(grid.size)])
     variances = np.concatenate([[0.0], grid, grid])
     loglik, first, second = _components(r, v, s, signs, variances)
     # the scale mixture's start (uniform over its normals), each normal's weight split evenly
-    weights = np.where(signs == 0, 1.0, 0.5) / (grid.size + 1)
-    for _ in range(iters):
-        new = _posterior(loglik, weights).mean(axis=0)
-        done = np.abs(new - weights).max() < 1e-8
-        weights = new
-        if done:
-            break
-    post = _posterior(loglik, weights)
+    weights = fit_weights(loglik, np.where(signs == 0, 1.0, 0.5) / (grid.size + 1), iters)
+    post = posterior(loglik, weights)
     mean = (post * first).sum(axis=1)
     energy = (post * second).sum(axis=1)
     kept = np.clip((energy - mean**2) / v, 0.0, 1.0)
