@@ -61,6 +61,7 @@ import numpy as np
 from dpmarginals.core.domain import Domain
 from dpmarginals.core.errors import DPMarginalsError
 from dpmarginals.core.extras import message
+from dpmarginals.inference import location_prior
 from dpmarginals.inference.grid_mixture import fit_weights, posterior, variance_grid
 from dpmarginals.inference.maxent import max_entropy
 from dpmarginals.inference.pgm_cost import (
@@ -277,6 +278,7 @@ def _canonical(domain: Domain, attrs: Sequence[str]) -> tuple[str, ...]:
 
 def eb_shrink(domain: Domain, views: Sequence[NoisyMarginal], *,
               first_order: bool = True, capacity: Sequence[int] = (), signs: bool = False,
+              location: bool = False,
               energies: Callable[[tuple[str, ...]], float] | None = None) -> ShrinkResult:
     """Pool, then shrink every marginal's top-order interaction toward max-entropy.
 
@@ -286,7 +288,9 @@ def eb_shrink(domain: Domain, views: Sequence[NoisyMarginal], *,
     scales with each set's capacity (:func:`capacity_scale`; the adaptive method passes
     :data:`CAPACITY_ORDERS`).  ``signs=True``: orders whose blocks are single coefficients
     (binary attributes) get a prior that learns which sign the data's interactions take
-    (:mod:`~dpmarginals.inference.signed_prior`; the adaptive method's).  ``energies``:
+    (:mod:`~dpmarginals.inference.signed_prior`; the adaptive method's).  ``location=True``:
+    binary 1-way marginals are shrunk toward their common mean, not toward uniform
+    (:mod:`~dpmarginals.inference.location_prior`; the adaptive method's release).  ``energies``:
     known interaction energies (e.g. a public sample's,
     :meth:`~dpmarginals.planning.optimal.Structure.energy_of`): each block is then
     shrunk by ``E / (E + D v)``, the factor the planner's prediction assumes, instead of the
@@ -340,8 +344,14 @@ def eb_shrink(domain: Domain, views: Sequence[NoisyMarginal], *,
         scale = (capacity_scale([s for s, _, _ in items], [r.size for r in resid], tables)
                  if order in capacity else None)
         noises = np.array([noise[s] for s, _, _ in items])
-        single = single_coefficients(resid) if signs else None
-        if single is not None:  # binary attributes: signed_prior
+        single = single_coefficients(resid) if signs or location else None
+        if (single is not None and order == 1 and location
+                and single.size >= location_prior.MIN_BLOCKS):  # binary: toward the mean
+            loc = location_prior.fit_location(single, noises)
+            prior[order] = (np.array([loc.spread]), np.ones(1))
+            facs = loc.kept
+            kept = [np.reshape(m, r.shape) for m, r in zip(loc.mean, resid, strict=True)]
+        elif single is not None and signs:  # binary attributes: signed_prior
             fit = fit_signed(single, noises, scale)
             prior[order] = (fit.variances, fit.weights)
             facs = fit.kept

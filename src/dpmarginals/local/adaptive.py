@@ -141,7 +141,7 @@ def shrunk_synopsis(domain: Domain, views: Sequence[NoisyView], method: str,
     """
     from ..inference.pgm import eb_shrink
 
-    shrunk = eb_shrink(domain, views, capacity=CAPACITY_ORDERS, signs=True)
+    shrunk = eb_shrink(domain, views, capacity=CAPACITY_ORDERS, signs=True, location=True)
     sets = {tuple(sorted(v.attributes, key=domain.index)) for v in views}
     maximal = sorted((s for s in sets if not any(set(s) < set(o) for o in sets)),
                      key=lambda s: (len(s), s))
