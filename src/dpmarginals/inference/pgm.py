@@ -10,7 +10,8 @@ alternative of issue #9, in three steps:
    split, in an orthonormal (Helmert) basis, into the parts already fixed by its
    (|S|-1)-way sub-marginals and its own top-order interaction block.  The block is shrunk
    toward the block of the maximum-entropy table of those sub-marginals (for |S| = 1,
-   toward uniform) by its posterior mean under a scale-mixture-of-normals prior whose
+   toward uniform, or with ``location=True`` binary ones toward their common mean) by its
+   posterior mean under a scale-mixture-of-normals prior whose
    weights are fitted by EM over all blocks of the same order (adaptive shrinkage,
    Stephens 2017, "False discovery rates: a new deal", on a grid of prior variances).
    The noise variance of each block is known (the oracle's), so noise-dominated

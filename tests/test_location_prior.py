@@ -1,0 +1,139 @@
+"""Shrinkage of binary 1-way marginals toward their common mean (inference.location_prior)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from dpmarginals.core.dataset import Dataset
+from dpmarginals.core.domain import Domain
+from dpmarginals.inference.location_prior import MIN_BLOCKS, fit_location
+from dpmarginals.inference.pgm import eb_shrink
+from dpmarginals.inference.views import NoisyView
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_equal_noise_gives_the_closed_form_reml_estimate(seed: int) -> None:
+    """With one noise variance v, REML's spread is max(0, s^2 - v) (s^2 the residuals'
+    sample variance, B - 1 degrees of freedom), its centre the plain mean, and each estimate
+    moves toward the centre by v / (spread + v)."""
+    gen = np.random.default_rng(seed)
+    blocks = int(gen.integers(4, 40))
+    v = float(gen.uniform(1e-4, 1e-1))
+    resid = gen.normal(-0.4, math.sqrt(v) * gen.uniform(0.3, 3.0), blocks)
+    fit = fit_location(resid, np.full(blocks, v))
+    expected = max(0.0, float(resid.var(ddof=1)) - v)
+    assert fit.spread == pytest.approx(expected, rel=1e-6, abs=1e-9 * v)
+    assert fit.centre == pytest.approx(float(resid.mean()), abs=1e-12)
+    np.testing.assert_allclose(fit.mean, fit.centre + fit.kept * (resid - fit.centre),
+                               rtol=1e-12)
+    np.testing.assert_allclose(fit.kept, fit.spread / (fit.spread + v))
+
+
+def test_residuals_closer_than_the_noise_go_to_their_centre() -> None:
+    resid = np.array([-0.50, -0.51, -0.49, -0.50, -0.50])
+    fit = fit_location(resid, np.full(5, 0.01))
+    assert fit.spread == 0.0
+    np.testing.assert_allclose(fit.mean, resid.mean())
+
+
+def test_fewer_blocks_than_stein_needs_are_left_alone() -> None:
+    resid = np.array([0.3, -0.2, 0.1])[: MIN_BLOCKS - 1]
+    fit = fit_location(resid, np.full(resid.size, 1.0))
+    np.testing.assert_array_equal(fit.mean, resid)
+    np.testing.assert_array_equal(fit.kept, 1.0)
+
+
+@pytest.mark.parametrize("spread_sd", [0.05, 0.2, 2.0])
+def test_it_cuts_the_error_of_marginals_that_sit_together(spread_sd: float) -> None:
+    """Kosarak-like 1-way coefficients (centred at -0.5, unequal noise of sd 0.1-0.25).
+    Averaged over 200 seeded draws of 32 attributes, the total squared error is below 0.65x
+    the raw estimates' when the coefficients spread about as much as the noise or less
+    (measured 0.11x at sd 0.05 and 0.58x at sd 0.2, where the mean's standard error is
+    0.013), and at most 1.02x when they spread 10 times more (measured 0.99x, SE 0.003)."""
+    ratios = []
+    for seed in range(200):
+        gen = np.random.default_rng(seed)
+        mu = gen.normal(-0.5, spread_sd, 32)
+        noise = gen.uniform(0.1, 0.25, 32) ** 2
+        resid = mu + gen.normal(0, 1, 32) * np.sqrt(noise)
+        fit = fit_location(resid, noise)
+        ratios.append(((fit.mean - mu) ** 2).sum() / ((resid - mu) ** 2).sum())
+    mean = float(np.mean(ratios))
+    if spread_sd < 1.0:
+        assert mean < 0.65
+    else:
+        assert mean < 1.02
+
+
+def test_well_measured_marginals_are_kept() -> None:
+    """Noise 1e-3 of the spread: every estimate keeps > 99.9% of its distance to the centre."""
+    gen = np.random.default_rng(11)
+    resid = gen.uniform(-0.7, 0.1, 16)
+    fit = fit_location(resid, np.full(16, 1e-6))
+    assert np.all(fit.kept > 0.999)
+
+
+def _binary_views(freq: np.ndarray, var: float, seed: int) -> tuple[Domain, list[NoisyView],
+                                                                      list[np.ndarray]]:
+    gen = np.random.default_rng(seed)
+    names = [f"x{i}" for i in range(freq.size)]
+    n = 20000
+    rows = (gen.random((n, freq.size)) < freq).astype(np.int64)
+    data = Dataset(rows, Domain.from_dict(dict.fromkeys(names, 2)))
+    truth = [data.marginal([a]).values for a in names]
+    pairs = [(names[i], names[(i + 1) % freq.size]) for i in range(freq.size)]
+    views = []
+    for s in pairs:
+        table = data.marginal(list(s)).values
+        views.append(NoisyView(s, table + gen.normal(0, math.sqrt(var), table.shape), 500, var))
+    return data.domain, views, truth
+
+
+def test_eb_shrink_moves_binary_marginals_toward_their_mean_and_stays_consistent() -> None:
+    """Twelve items of frequency 0.05-0.2 measured through noisy pairs (noise sd 0.1 per
+    cell): with ``location=True`` the 1-way marginals' squared error, averaged over 60
+    seeded collections, is below 0.75x the signed prior's (which shrinks toward uniform;
+    measured 0.54x, sd of one draw's ratio 0.30, so the bound is 5 standard errors away);
+    every table sums to 1, and the pairs still project onto their 1-way tables (where those
+    are non-negative: the max-entropy base clips a negative facet)."""
+    freq = np.linspace(0.05, 0.2, 12)
+    ratios = []
+    for seed in range(60):
+        domain, views, truth = _binary_views(freq, 0.01, seed)
+        located = eb_shrink(domain, views, signs=True, location=True)
+        signed = eb_shrink(domain, views, signs=True)
+        err = [sum(((r.tables[(a,)] - t) ** 2).sum() for a, t in zip(domain.attributes, truth,
+                                                                     strict=True))
+               for r in (located, signed)]
+        ratios.append(err[0] / err[1])
+        for s, table in located.tables.items():
+            assert table.sum() == pytest.approx(1.0)
+            if len(s) == 1 or min(located.tables[(b,)].min() for b in s) <= 0:
+                continue
+            for a in s:
+                axis = tuple(i for i, b in enumerate(s) if b != a)
+                np.testing.assert_allclose(table.sum(axis=axis), located.tables[(a,)],
+                                           atol=1e-12)
+    assert np.mean(ratios) < 0.75
+
+
+def test_eb_shrink_leaves_multi_valued_marginals_and_interactions_to_their_priors() -> None:
+    """Only binary 1-way blocks change: 3-valued domains are bit-identical, and on a binary
+    domain order 1's prior is one normal about the centre while order 2 keeps the signed
+    prior's grid."""
+    gen = np.random.default_rng(2)
+    rows = gen.integers(0, 3, (3000, 4))
+    three = Dataset(rows, Domain.from_dict({"a": 3, "b": 3, "c": 3, "d": 3}))
+    views = [NoisyView(s, three.marginal(list(s)).values + gen.normal(0, 0.01, (3, 3)), 500,
+                       1e-4) for s in [("a", "b"), ("b", "c"), ("c", "d"), ("a", "d")]]
+    for sub, table in eb_shrink(three.domain, views, signs=True, location=True).tables.items():
+        np.testing.assert_array_equal(table, eb_shrink(three.domain, views, signs=True)
+                                      .tables[sub])
+    domain, bviews, _ = _binary_views(np.linspace(0.1, 0.4, 6), 1e-3, 0)
+    located = eb_shrink(domain, bviews, signs=True, location=True)
+    signed = eb_shrink(domain, bviews, signs=True)
+    assert located.prior[1][0].size == 1           # one normal: the spread about the centre
+    np.testing.assert_array_equal(located.prior[2][0], signed.prior[2][0])
