@@ -1,4 +1,4 @@
-"""Empirical-Bayes shrinkage of binary 1-way marginals toward their common mean.
+"""Empirical-Bayes shrinkage of binary 1-way marginals toward their common centre.
 
 The other orders' priors (:func:`dpmarginals.inference.pgm._fit_mixture`,
 :mod:`dpmarginals.inference.signed_prior`) shrink toward 0, the maximum-entropy table of the
@@ -6,17 +6,19 @@ facets: for interactions that is the right place, most are near 0.  For a 1-way 
 0 is the uniform distribution, which real attributes are far from (Kosarak's and MSNBC's
 items are rare: their 1-way coefficients sit together, far from 0), so a prior centred at 0
 learns a wide spread and shrinks little.  Here attribute b's one coefficient (binary
-attributes) is ``mu_b ~ N(m, tau^2)`` and its pooled estimate ``r_b ~ N(mu_b, v_b)``;
-``m`` and ``tau^2`` are fitted by restricted maximum likelihood (REML, as in random-effects
-meta-analysis: Viechtbauer 2005) and each coefficient is replaced by its posterior mean
+attributes) is ``mu_b = m + delta_b`` with ``delta_b`` from the scale mixture of normals of
+the other orders (a point mass at 0 and normals on a grid of variances, weights by EM) and
+its pooled estimate ``r_b ~ N(mu_b, v_b)``.  The centre ``m`` maximises the marginal
+likelihood (ashr's estimated mode; Stephens 2017), and each coefficient becomes its
+posterior mean ``m + f_b (r_b - m)``, moved by at most :data:`LIMIT` standard errors from
+``r_b`` (Efron and Morris's limited translation, 1972).
 
-    m + tau^2 / (tau^2 + v_b) (r_b - m),
-
-the heteroscedastic form of Efron and Morris's (1973) James-Stein estimator toward the
-grand mean.  With equal ``v`` and at least 4 attributes, shrinkage toward an estimated mean
-has less total squared error than the raw estimates whatever the true marginals are (Stein);
-when the attributes' frequencies spread far more than the noise, ``tau^2 >> v`` and the
-estimates are left nearly as they are.
+Attributes near the centre are pulled to it, as James and Stein's estimator toward the
+grand mean would; one far from the rest (a common item among rare ones) falls in a wide
+component and keeps most of its distance, and the limit bounds what any one attribute can
+lose: on 32 Kosarak-like items measured with noise sd 0.17 the total squared error is 0.44x
+the raw estimates' and the most common item's 1.8x its own (a normal prior about the mean:
+0.61x and 4.4x).  Where the attributes spread far more than the noise nothing moves.
 """
 
 from __future__ import annotations
@@ -26,52 +28,66 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import minimize_scalar
 
-__all__ = ["MIN_BLOCKS", "LocationFit", "fit_location"]
+from .grid_mixture import fit_weights, posterior, variance_grid
 
-#: Fewest blocks the prior is fitted to (with an estimated centre, shrinkage is sure to pay
-#: from 4 blocks on: Stein); fewer are left as they are.
+__all__ = ["LIMIT", "MIN_BLOCKS", "LocationFit", "fit_location"]
+
+#: Fewest blocks the prior is fitted to (with an estimated centre, shrinkage pays from 4 blocks
+#: on: Stein); fewer are left as they are.
 MIN_BLOCKS = 4
+#: Most a coefficient moves from its unbiased estimate, in its standard errors.
+LIMIT = 1.0
+#: Candidate centres scanned before refining (quantiles of the estimates).
+_SCAN = 41
 
 
 @dataclass(frozen=True)
 class LocationFit:
-    """The fitted ``centre`` and ``spread`` (``tau^2``), each block's posterior ``mean`` and
-    ``kept`` fraction ``tau^2 / (tau^2 + v_b)`` of its deviation from the centre."""
+    """The fitted ``centre``, the mixture's ``variances`` and ``weights`` (about the centre),
+    each block's posterior ``mean`` and the ``kept`` fraction of its distance to the centre."""
 
     centre: float
-    spread: float
+    variances: np.ndarray
+    weights: np.ndarray
     mean: np.ndarray
     kept: np.ndarray
 
 
-def _centre(r: np.ndarray, v: np.ndarray, spread: float) -> tuple[float, np.ndarray]:
-    w = 1.0 / (spread + v)
-    return float((w * r).sum() / w.sum()), w
-
-
-def _restricted_nll(spread: float, r: np.ndarray, v: np.ndarray) -> float:
-    """Negative restricted log-likelihood of ``tau^2 = spread`` (constants dropped)."""
-    m, w = _centre(r, v, spread)
-    return 0.5 * float(-np.log(w).sum() + np.log(w.sum()) + (w * (r - m) ** 2).sum())
+def _mixture(r: np.ndarray, v: np.ndarray, centre: float, iters: int = 300
+             ) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+    """The scale mixture fitted to ``r - centre``: log-likelihood, grid, weights, factors."""
+    grid = np.concatenate([[0.0], variance_grid(v, np.ones(v.size))])
+    total = v[:, None] + grid[None, :]
+    loglik = -0.5 * np.log(2 * np.pi * total) - 0.5 * (r - centre)[:, None] ** 2 / total
+    weights = fit_weights(loglik, np.full(grid.size, 1.0 / grid.size), iters)
+    joint = loglik + np.log(np.maximum(weights, 1e-300))
+    top = joint.max(axis=1, keepdims=True)
+    value = float((np.log(np.exp(joint - top).sum(axis=1)) + top[:, 0]).sum())
+    factors = (posterior(loglik, weights) * (grid[None, :] / total)).sum(axis=1)
+    return value, grid, weights, factors
 
 
 def fit_location(resid: np.ndarray, noise: np.ndarray) -> LocationFit:
-    """Fit ``N(m, tau^2)`` to ``resid`` observed with noise variances ``noise`` (REML) and
-    shrink each toward ``m``; fewer than :data:`MIN_BLOCKS` blocks are returned unshrunk."""
+    """Shrink ``resid`` (noise variances ``noise``) toward their fitted centre under a scale
+    mixture (module docstring); fewer than :data:`MIN_BLOCKS` blocks are returned as given."""
     r = np.asarray(resid, dtype=np.float64).ravel()
     v = np.asarray(noise, dtype=np.float64).ravel()
     if r.size < MIN_BLOCKS:
-        return LocationFit(float(r.mean()) if r.size else 0.0, np.inf, r.copy(), np.ones(r.size))
-    top = 10.0 * (float(r.var()) + float(v.max()))
-    grid = np.concatenate([[0.0], top * np.geomspace(1e-12, 1.0, 241)])
-    nll = np.array([_restricted_nll(s, r, v) for s in grid])
-    best = int(np.argmin(nll))
-    spread = float(grid[best])
-    if 0 < best < grid.size - 1:  # refine inside the bracket around the grid's best
-        found = minimize_scalar(_restricted_nll, bounds=(grid[best - 1], grid[best + 1]),
-                                args=(r, v), method="bounded", options={"xatol": 1e-14})
-        if found.fun <= nll[best]:
-            spread = float(found.x)
-    m, _ = _centre(r, v, spread)
-    kept = spread / (spread + v)
-    return LocationFit(m, spread, m + kept * (r - m), kept)
+        return LocationFit(float(r.mean()) if r.size else 0.0, np.zeros(1), np.ones(1),
+                           r.copy(), np.ones(r.size))
+    scan = np.unique(np.quantile(r, np.linspace(0.0, 1.0, _SCAN)))
+    values = [_mixture(r, v, float(c))[0] for c in scan]
+    best = int(np.argmax(values))
+    centre = float(scan[best])
+    lo, hi = scan[max(best - 1, 0)], scan[min(best + 1, scan.size - 1)]
+    if hi > lo:  # refine between the scan's neighbours
+        found = minimize_scalar(lambda c: -_mixture(r, v, c)[0], bounds=(lo, hi),
+                                method="bounded", options={"xatol": 1e-10})
+        if -found.fun > values[best]:
+            centre = float(found.x)
+    _, grid, weights, factors = _mixture(r, v, centre)
+    step = LIMIT * np.sqrt(v)
+    mean = r + np.clip(centre + factors * (r - centre) - r, -step, step)
+    away = r - centre
+    kept = np.where(away != 0, (mean - centre) / np.where(away != 0, away, 1.0), factors)
+    return LocationFit(centre, grid, weights, mean, np.clip(kept, 0.0, 1.0))

@@ -349,7 +349,7 @@ def eb_shrink(domain: Domain, views: Sequence[NoisyMarginal], *,
         if (single is not None and order == 1 and location
                 and single.size >= location_prior.MIN_BLOCKS):  # binary: toward the mean
             loc = location_prior.fit_location(single, noises)
-            prior[order] = (np.array([loc.spread]), np.ones(1))
+            prior[order] = (loc.variances, loc.weights)
             facs = loc.kept
             kept = [np.reshape(m, r.shape) for m, r in zip(loc.mean, resid, strict=True)]
         elif single is not None and signs:  # binary attributes: signed_prior
