@@ -30,13 +30,16 @@ from scipy.optimize import minimize_scalar
 
 from .grid_mixture import fit_weights, posterior, variance_grid
 
-__all__ = ["LIMIT", "MIN_BLOCKS", "LocationFit", "fit_location"]
+__all__ = ["LIMIT", "MIN_BLOCKS", "NORMALITY", "LocationFit", "fit_location"]
 
 #: Fewest blocks the prior is fitted to (with an estimated centre, shrinkage pays from 4 blocks
 #: on: Stein); fewer are left as they are.
 MIN_BLOCKS = 4
 #: Most a coefficient moves from its unbiased estimate, in its standard errors.
 LIMIT = 1.0
+#: Twice the log-likelihood ratio of the scale mixture over a normal prior above which the
+#: mixture is used (the chi-squared 5% point for 2 degrees of freedom).
+NORMALITY = 5.99
 #: Candidate centres scanned before refining (quantiles of the estimates).
 _SCAN = 41
 
@@ -67,6 +70,35 @@ def _mixture(r: np.ndarray, v: np.ndarray, centre: float, iters: int = 300
     return value, grid, weights, factors
 
 
+def _centre(r: np.ndarray, v: np.ndarray, spread: float) -> tuple[float, np.ndarray]:
+    w = 1.0 / (spread + v)
+    return float((w * r).sum() / w.sum()), w
+
+
+def _restricted_nll(spread: float, r: np.ndarray, v: np.ndarray) -> float:
+    """Negative restricted log-likelihood of the normal prior's ``tau^2 = spread``
+    (constants dropped)."""
+    m, w = _centre(r, v, spread)
+    return 0.5 * float(-np.log(w).sum() + np.log(w.sum()) + (w * (r - m) ** 2).sum())
+
+
+def _normal(r: np.ndarray, v: np.ndarray) -> tuple[float, float, float]:
+    """The normal prior ``N(m, tau^2)`` by REML: log-likelihood, centre, spread."""
+    top = 10.0 * (float(r.var()) + float(v.max()))
+    grid = np.concatenate([[0.0], top * np.geomspace(1e-12, 1.0, 241)])
+    nll = np.array([_restricted_nll(s, r, v) for s in grid])
+    best = int(np.argmin(nll))
+    spread = float(grid[best])
+    if 0 < best < grid.size - 1:  # refine inside the bracket around the grid's best
+        found = minimize_scalar(_restricted_nll, bounds=(grid[best - 1], grid[best + 1]),
+                                args=(r, v), method="bounded", options={"xatol": 1e-14})
+        if found.fun <= nll[best]:
+            spread = float(found.x)
+    m, _ = _centre(r, v, spread)
+    total = spread + v
+    return float((-0.5 * np.log(2 * np.pi * total) - 0.5 * (r - m) ** 2 / total).sum()), m, spread
+
+
 def fit_location(resid: np.ndarray, noise: np.ndarray) -> LocationFit:
     """Shrink ``resid`` (noise variances ``noise``) toward their fitted centre under a scale
     mixture (module docstring); fewer than :data:`MIN_BLOCKS` blocks are returned as given."""
@@ -85,7 +117,11 @@ def fit_location(resid: np.ndarray, noise: np.ndarray) -> LocationFit:
                                 method="bounded", options={"xatol": 1e-10})
         if -found.fun > values[best]:
             centre = float(found.x)
-    _, grid, weights, factors = _mixture(r, v, centre)
+    fitted, grid, weights, factors = _mixture(r, v, centre)
+    normal, m, spread = _normal(r, v)
+    if 2.0 * (fitted - normal) < NORMALITY:  # the data do not reject a normal prior
+        centre, grid, weights = m, np.array([spread]), np.ones(1)
+        factors = np.full(r.size, spread) / (spread + v)
     step = LIMIT * np.sqrt(v)
     mean = r + np.clip(centre + factors * (r - centre) - r, -step, step)
     away = r - centre
