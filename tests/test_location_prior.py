@@ -9,33 +9,47 @@ import pytest
 
 from dpmarginals.core.dataset import Dataset
 from dpmarginals.core.domain import Domain
-from dpmarginals.inference.location_prior import MIN_BLOCKS, fit_location
+from dpmarginals.inference.location_prior import LIMIT, MIN_BLOCKS, _normal, fit_location
 from dpmarginals.inference.pgm import eb_shrink
 from dpmarginals.inference.views import NoisyView
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_equal_noise_gives_the_closed_form_reml_estimate(seed: int) -> None:
+def test_the_normal_prior_is_the_closed_form_reml_estimate(seed: int) -> None:
     """With one noise variance v, REML's spread is max(0, s^2 - v) (s^2 the residuals'
-    sample variance, B - 1 degrees of freedom), its centre the plain mean, and each estimate
-    moves toward the centre by v / (spread + v)."""
+    sample variance, B - 1 degrees of freedom) and its centre the plain mean; where the
+    normal prior is chosen each estimate moves toward the centre by v / (spread + v), at most
+    LIMIT standard errors."""
     gen = np.random.default_rng(seed)
     blocks = int(gen.integers(4, 40))
     v = float(gen.uniform(1e-4, 1e-1))
     resid = gen.normal(-0.4, math.sqrt(v) * gen.uniform(0.3, 3.0), blocks)
+    _, centre, spread = _normal(resid, np.full(blocks, v))
+    assert spread == pytest.approx(max(0.0, float(resid.var(ddof=1)) - v), rel=1e-6,
+                                   abs=1e-9 * v)
+    assert centre == pytest.approx(float(resid.mean()), abs=1e-12)
     fit = fit_location(resid, np.full(blocks, v))
-    expected = max(0.0, float(resid.var(ddof=1)) - v)
-    assert fit.spread == pytest.approx(expected, rel=1e-6, abs=1e-9 * v)
-    assert fit.centre == pytest.approx(float(resid.mean()), abs=1e-12)
-    np.testing.assert_allclose(fit.mean, fit.centre + fit.kept * (resid - fit.centre),
-                               rtol=1e-12)
-    np.testing.assert_allclose(fit.kept, fit.spread / (fit.spread + v))
+    if fit.variances.size == 1:
+        move = v / (spread + v) * (centre - resid)
+        np.testing.assert_allclose(fit.mean, resid + np.clip(move, -LIMIT * math.sqrt(v),
+                                                             LIMIT * math.sqrt(v)), rtol=1e-9)
+
+
+def test_an_attribute_far_from_the_rest_keeps_its_distance() -> None:
+    """31 rare items and one common one, well measured: the mixture is chosen (a normal prior
+    would pull the common item 0.24 toward the rest) and no estimate moves more than LIMIT
+    standard errors."""
+    resid = np.r_[np.full(31, -0.6), 0.7]
+    fit = fit_location(resid, np.full(32, 0.01))
+    assert fit.variances.size > 1
+    assert fit.mean[-1] == pytest.approx(0.7, abs=0.02)
+    assert np.all(np.abs(fit.mean - resid) <= LIMIT * 0.1 + 1e-12)
 
 
 def test_residuals_closer_than_the_noise_go_to_their_centre() -> None:
     resid = np.array([-0.50, -0.51, -0.49, -0.50, -0.50])
     fit = fit_location(resid, np.full(5, 0.01))
-    assert fit.spread == 0.0
+    np.testing.assert_array_equal(fit.variances, [0.0])
     np.testing.assert_allclose(fit.mean, resid.mean())
 
 
@@ -48,11 +62,11 @@ def test_fewer_blocks_than_stein_needs_are_left_alone() -> None:
 
 @pytest.mark.parametrize("spread_sd", [0.05, 0.2, 2.0])
 def test_it_cuts_the_error_of_marginals_that_sit_together(spread_sd: float) -> None:
-    """Kosarak-like 1-way coefficients (centred at -0.5, unequal noise of sd 0.1-0.25).
-    Averaged over 200 seeded draws of 32 attributes, the total squared error is below 0.65x
-    the raw estimates' when the coefficients spread about as much as the noise or less
-    (measured 0.11x at sd 0.05 and 0.58x at sd 0.2, where the mean's standard error is
-    0.013), and at most 1.02x when they spread 10 times more (measured 0.99x, SE 0.003)."""
+    """Coefficients centred at -0.5 with unequal noise of sd 0.1-0.25. Averaged over 200
+    seeded draws of 32 attributes, the total squared error is below 0.65x the raw
+    estimates' when the coefficients spread about as much as the noise or less (measured
+    0.21x at sd 0.05 and 0.58x at sd 0.2, where the mean's standard error is 0.010), and at
+    most 1.02x when they spread 10 times more (measured 0.99x, SE 0.003)."""
     ratios = []
     for seed in range(200):
         gen = np.random.default_rng(seed)
@@ -122,8 +136,7 @@ def test_eb_shrink_moves_binary_marginals_toward_their_mean_and_stays_consistent
 
 def test_eb_shrink_leaves_multi_valued_marginals_and_interactions_to_their_priors() -> None:
     """Only binary 1-way blocks change: 3-valued domains are bit-identical, and on a binary
-    domain order 1's prior is one normal about the centre while order 2 keeps the signed
-    prior's grid."""
+    domain order 2 keeps the signed prior's grid."""
     gen = np.random.default_rng(2)
     rows = gen.integers(0, 3, (3000, 4))
     three = Dataset(rows, Domain.from_dict({"a": 3, "b": 3, "c": 3, "d": 3}))
@@ -135,5 +148,5 @@ def test_eb_shrink_leaves_multi_valued_marginals_and_interactions_to_their_prior
     domain, bviews, _ = _binary_views(np.linspace(0.1, 0.4, 6), 1e-3, 0)
     located = eb_shrink(domain, bviews, signs=True, location=True)
     signed = eb_shrink(domain, bviews, signs=True)
-    assert located.prior[1][0].size == 1           # one normal: the spread about the centre
+    assert located.prior[1][0].size >= 1           # the prior about the centre
     np.testing.assert_array_equal(located.prior[2][0], signed.prior[2][0])
