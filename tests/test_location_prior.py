@@ -110,7 +110,7 @@ def test_eb_shrink_moves_binary_marginals_toward_their_mean_and_stays_consistent
     """Twelve items of frequency 0.05-0.2 measured through noisy pairs (noise sd 0.1 per
     cell): with ``location=True`` the 1-way marginals' squared error, averaged over 60
     seeded collections, is below 0.75x the signed prior's (which shrinks toward uniform;
-    measured 0.54x, sd of one draw's ratio 0.30, so the bound is 5 standard errors away);
+    measured 0.54x, sd of one draw's ratio 0.24, so the bound is 7 standard errors away);
     every table sums to 1, and the pairs still project onto their 1-way tables (where those
     are non-negative: the max-entropy base clips a negative facet)."""
     freq = np.linspace(0.05, 0.2, 12)
