@@ -10,7 +10,7 @@ alternative of issue #9, in three steps:
    split, in an orthonormal (Helmert) basis, into the parts already fixed by its
    (|S|-1)-way sub-marginals and its own top-order interaction block.  The block is shrunk
    toward the block of the maximum-entropy table of those sub-marginals (for |S| = 1,
-   toward uniform, or with ``location=True`` binary ones toward their common mean) by its
+   toward uniform, or with ``location=True`` binary ones toward their common centre) by its
    posterior mean under a scale-mixture-of-normals prior whose
    weights are fitted by EM over all blocks of the same order (adaptive shrinkage,
    Stephens 2017, "False discovery rates: a new deal", on a grid of prior variances).
@@ -290,7 +290,7 @@ def eb_shrink(domain: Domain, views: Sequence[NoisyMarginal], *,
     :data:`CAPACITY_ORDERS`).  ``signs=True``: orders whose blocks are single coefficients
     (binary attributes) get a prior that learns which sign the data's interactions take
     (:mod:`~dpmarginals.inference.signed_prior`; the adaptive method's).  ``location=True``:
-    binary 1-way marginals are shrunk toward their common mean, not toward uniform
+    binary 1-way marginals are shrunk toward their common centre, not toward uniform
     (:mod:`~dpmarginals.inference.location_prior`; the adaptive method's release).  ``energies``:
     known interaction energies (e.g. a public sample's,
     :meth:`~dpmarginals.planning.optimal.Structure.energy_of`): each block is then
@@ -347,7 +347,7 @@ def eb_shrink(domain: Domain, views: Sequence[NoisyMarginal], *,
         noises = np.array([noise[s] for s, _, _ in items])
         single = single_coefficients(resid) if signs or location else None
         if (single is not None and order == 1 and location
-                and single.size >= location_prior.MIN_BLOCKS):  # binary: toward the mean
+                and single.size >= location_prior.MIN_BLOCKS):  # binary: toward the centre
             loc = location_prior.fit_location(single, noises)
             prior[order] = (loc.variances, loc.weights)
             facs = loc.kept

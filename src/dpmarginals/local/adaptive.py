@@ -34,7 +34,7 @@ planned the same way from every earlier phase's reports, and the last takes the 
 Binary attributes' interactions are single coefficients whose sign real data prefer
 (Kosarak's pairs positive, MSNBC's triples negative); steps 2 and 4 learn that preference
 (:mod:`dpmarginals.inference.signed_prior`).  Step 4 also shrinks binary 1-way marginals
-toward their common mean rather than toward uniform
+toward their common centre rather than toward uniform
 (:mod:`dpmarginals.inference.location_prior`): items are rare together.
 
 Each phase's plan is post-processing of earlier phases' private reports and every user
