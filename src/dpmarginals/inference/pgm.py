@@ -345,22 +345,10 @@ def eb_shrink(domain: Domain, views: Sequence[NoisyMarginal], *,
         scale = (capacity_scale([s for s, _, _ in items], [r.size for r in resid], tables)
                  if order in capacity else None)
         noises = np.array([noise[s] for s, _, _ in items])
-        single = single_coefficients(resid) if signs or location else None
-        if (single is not None and order == 1 and location
-                and single.size >= location_prior.MIN_BLOCKS):  # binary: toward the centre
-            loc = location_prior.fit_location(single, noises)
-            prior[order] = (loc.variances, loc.weights)
-            facs = loc.kept
-            kept = [np.reshape(m, r.shape) for m, r in zip(loc.mean, resid, strict=True)]
-        elif single is not None and signs:  # binary attributes: signed_prior
-            fit = fit_signed(single, noises, scale)
-            prior[order] = (fit.variances, fit.weights)
-            facs = fit.kept
-            kept = [np.reshape(m, r.shape) for m, r in zip(fit.mean, resid, strict=True)]
+        if order == 1 and location:
+            facs, kept, prior[order] = _shrink_one_way(resid, noises, scale, signs)
         else:
-            grid, weights, facs = _fit_mixture(resid, noises, scale=scale)
-            prior[order] = (grid, weights)
-            kept = [f * r for f, r in zip(facs, resid, strict=True)]
+            facs, kept, prior[order] = _shrink_blocks(resid, noises, scale, signs)
         if energies is not None:
             known = np.array([float(energies(s)) for s, _, _ in items])
             bad = np.flatnonzero(~(np.isfinite(known) & (known >= 0)))
@@ -375,6 +363,45 @@ def eb_shrink(domain: Domain, views: Sequence[NoisyMarginal], *,
             tables[sub] = _with_top(base, _top(base) + r)
             factor[sub] = float(f)
     return ShrinkResult(tables, factor, noise, prior)
+
+
+Shrunk = tuple[np.ndarray, list[np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+def _shrink_blocks(resid: list[np.ndarray], noises: np.ndarray, scale: np.ndarray | None,
+                   signs: bool) -> Shrunk:
+    """One order's blocks shrunk toward 0: the signed prior when ``signs`` and every block is
+    one coefficient, else the scale mixture.  Returns the kept fractions, the shrunk blocks
+    and the fitted prior (variances, weights)."""
+    single = single_coefficients(resid) if signs else None
+    if single is not None:  # binary attributes: signed_prior
+        fit = fit_signed(single, noises, scale)
+        return (fit.kept, [np.reshape(m, r.shape) for m, r in zip(fit.mean, resid, strict=True)],
+                (fit.variances, fit.weights))
+    grid, weights, facs = _fit_mixture(resid, noises, scale=scale)
+    return facs, [f * r for f, r in zip(facs, resid, strict=True)], (grid, weights)
+
+
+def _shrink_one_way(resid: list[np.ndarray], noises: np.ndarray, scale: np.ndarray | None,
+                    signs: bool) -> Shrunk:
+    """1-way blocks with ``location=True``: the binary attributes' toward their common centre
+    (:mod:`~dpmarginals.inference.location_prior`, when there are enough of them), the other
+    attributes' as :func:`_shrink_blocks` does, fitted among themselves."""
+    binary = [i for i, r in enumerate(resid) if r.size == 1]
+    if len(binary) < location_prior.MIN_BLOCKS:
+        return _shrink_blocks(resid, noises, scale, signs)
+    loc = location_prior.fit_location(np.array([float(resid[i].ravel()[0]) for i in binary]),
+                                      noises[binary])
+    facs, kept = np.ones(len(resid)), list(resid)
+    for j, i in enumerate(binary):
+        facs[i], kept[i] = loc.kept[j], np.reshape(loc.mean[j], resid[i].shape)
+    others = [i for i, r in enumerate(resid) if r.size > 1]
+    if others:
+        part, shrunk, _ = _shrink_blocks([resid[i] for i in others], noises[others],
+                                         None if scale is None else scale[others], signs)
+        for j, i in enumerate(others):
+            facs[i], kept[i] = part[j], shrunk[j]
+    return facs, kept, (loc.variances, loc.weights)
 
 
 def _maxent_base(sub: tuple[str, ...], tables: Mapping[tuple[str, ...], np.ndarray],
