@@ -48,7 +48,7 @@ from .summaries import Check, checks_markdown, fmt
 __all__ = ["ADAPTIVE_EXPERIMENTS"]
 
 METHODS = ("calm", "adaptive")
-#: The full grid keeps the paper's n, epsilons and 20 repeats (about 40 minutes on 2 cores:
+#: The full grid keeps the paper's n, epsilons and 20 repeats (about 36 minutes on 2 cores:
 #: the adaptive method plans each later phase in about a second, CALM in milliseconds).
 #: With 3 repeats a single setting's ratio carried +-20% of noise.
 FULL_REPEATS = 20
