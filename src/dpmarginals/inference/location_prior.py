@@ -30,12 +30,13 @@ more than the noise, 0.99x (tests/test_location_prior.py).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import minimize_scalar
 
-from .grid_mixture import fit_weights, posterior, variance_grid
+from .grid_mixture import ScaleMixture, fit_scale_mixture, log_marginal
 
 __all__ = ["LIMIT", "MIN_BLOCKS", "NORMALITY", "LocationFit", "fit_location"]
 
@@ -67,17 +68,10 @@ class LocationFit:
 
 
 def _mixture(r: np.ndarray, v: np.ndarray, centre: float, iters: int = 300
-             ) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
-    """The scale mixture fitted to ``r - centre``: log-likelihood, grid, weights, factors."""
-    grid = np.concatenate([[0.0], variance_grid(v, np.ones(v.size))])
-    total = v[:, None] + grid[None, :]
-    loglik = -0.5 * np.log(2 * np.pi * total) - 0.5 * (r - centre)[:, None] ** 2 / total
-    weights = fit_weights(loglik, np.full(grid.size, 1.0 / grid.size), iters)
-    joint = loglik + np.log(np.maximum(weights, 1e-300))
-    top = joint.max(axis=1, keepdims=True)
-    value = float((np.log(np.exp(joint - top).sum(axis=1)) + top[:, 0]).sum())
-    factors = (posterior(loglik, weights) * (grid[None, :] / total)).sum(axis=1)
-    return value, grid, weights, factors
+             ) -> tuple[float, ScaleMixture]:
+    """The scale mixture fitted to ``r - centre``, and its log-likelihood."""
+    fit = fit_scale_mixture((r - centre) ** 2, np.ones(r.size), v, np.ones(r.size), iters)
+    return log_marginal(fit.loglik, fit.weights) - 0.5 * r.size * math.log(2 * math.pi), fit
 
 
 def _centre(r: np.ndarray, v: np.ndarray, spread: float) -> tuple[float, np.ndarray]:
@@ -128,7 +122,8 @@ def fit_location(resid: np.ndarray, noise: np.ndarray) -> LocationFit:
                                 method="bounded", options={"xatol": 1e-4 * (hi - lo)})
         if -found.fun > values[best]:
             centre = float(found.x)
-    fitted, grid, weights, factors = _mixture(r, v, centre)
+    fitted, mixture = _mixture(r, v, centre)
+    grid, weights, factors = mixture.grid, mixture.weights, mixture.factors
     normal, m, spread = _normal(r, v)
     if 2.0 * (fitted - normal) < NORMALITY:  # the data do not reject a normal prior
         centre, grid, weights = m, np.array([spread]), np.ones(1)

@@ -63,7 +63,7 @@ from dpmarginals.core.domain import Domain
 from dpmarginals.core.errors import DPMarginalsError
 from dpmarginals.core.extras import message
 from dpmarginals.inference import location_prior
-from dpmarginals.inference.grid_mixture import fit_weights, posterior, variance_grid
+from dpmarginals.inference.grid_mixture import fit_scale_mixture
 from dpmarginals.inference.maxent import max_entropy
 from dpmarginals.inference.pgm_cost import (
     MAX_FIT_MEMORY_MB,
@@ -235,13 +235,8 @@ def _fit_mixture(resid: list[np.ndarray], noise: np.ndarray, iters: int = 300,
     dims = np.array([r.size for r in resid], dtype=np.float64)
     sq = np.array([float((r**2).sum()) for r in resid])
     s = np.ones(len(resid)) if scale is None else np.asarray(scale, dtype=np.float64)
-    grid = np.concatenate([[0.0], variance_grid(noise, s)])
-    prior = s[:, None] * grid[None, :]
-    total = noise[:, None] + prior
-    loglik = -0.5 * dims[:, None] * np.log(total) - 0.5 * sq[:, None] / total
-    weights = fit_weights(loglik, np.full(grid.size, 1.0 / grid.size), iters)
-    factors = (posterior(loglik, weights) * (prior / total)).sum(axis=1)
-    return grid, weights, factors
+    fit = fit_scale_mixture(sq, dims, noise, s, iters)
+    return fit.grid, fit.weights, fit.factors
 
 
 def concentration(p: Any) -> float:
