@@ -10,6 +10,7 @@ import urllib.request
 
 import numpy as np
 import pytest
+from dpmarginals.protocol.client import check_plan
 
 from dpmarginals.core.dataset import Dataset
 from dpmarginals.core.domain import Domain
@@ -22,7 +23,6 @@ from dpmarginals.methods import make
 from dpmarginals.oracles import GRR
 from dpmarginals.planning.optimal import Structure, plan_optimal, predict
 from dpmarginals.planning.workload import Workload, coefficient_variance
-from dpmarginals.protocol.client import check_plan
 from dpmarginals.synopsis.evaluate import random_queries
 
 
@@ -200,6 +200,7 @@ def test_campaign_in_phases_through_the_service(tmp_path):
     pytest.importorskip("fastapi")
     pytest.importorskip("uvicorn")
     from dpmarginals.protocol.client import ServiceClient, play
+
     from dpmarginals.protocol.plan import Plan
     from dpmarginals.protocol.reports import support_counts
     from test_service_e2e import TOKEN, Server

@@ -11,12 +11,12 @@ import warnings
 
 import numpy as np
 import pytest
+from dpmarginals.protocol.client import Ledger, PlanRefused, check_plan, make_report, make_reports
 
 from dpmarginals.core.domain import Domain
 from dpmarginals.core.randomness import SecureRandom
 from dpmarginals.local.adaptive import Adaptive
 from dpmarginals.local.wfm import WFM
-from dpmarginals.protocol.client import Ledger, PlanRefused, check_plan, make_report, make_reports
 from dpmarginals.protocol.formats import StrategyMatrix, encode_matrix
 from dpmarginals.protocol.plan import Plan
 from dpmarginals.protocol.reports import support_counts

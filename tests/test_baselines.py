@@ -259,7 +259,8 @@ def test_bad_parameters_are_clear_errors():
 # -- Fourier reconstruction is exact on exact coefficients -----------------------------------
 def test_fourier_reconstruction_is_exact_on_true_coefficients():
     from dpmarginals.local.binary_encoding import BinaryEncoding
-    from dpmarginals.local.fourier import FourierSynopsis, coefficient_masks, parity
+    from dpmarginals.local.fourier import FourierSynopsis, coefficient_masks
+    from dpmarginals.oracles._base import parity
 
     data = correlated(3000, 4, seed=12, sizes=3)
     enc = BinaryEncoding(data.domain)

@@ -1,9 +1,11 @@
-"""The client and the report format: numpy-only import, encoding, validation, retries."""
+"""The client and the report format: numpy-only import, encoding, validation, retries.
+
+The device's own rules (caps, pinning, phases, memoization) are tested in
+``tests/test_hostile_server.py``; here, what a report is and how it travels."""
 
 from __future__ import annotations
 
 import base64
-import gzip
 import http.server
 import json
 import socket
@@ -19,18 +21,13 @@ import pytest
 from dpmarginals.core.domain import Domain
 from dpmarginals.core.errors import DPMarginalsError
 from dpmarginals.core.randomness import SecureRandom
-from dpmarginals.oracles import make_oracle
-from dpmarginals.protocol.client import (
-    ServiceClient,
-    ServiceError,
-    choose_group,
-    load_plan,
-    make_report,
-    make_reports,
-    read_records,
-)
+from dpmarginals.protocol.checks import load_plan
+from dpmarginals.protocol.device import Device, choose_group, record_row
+from dpmarginals.protocol.formats import group_oracle
+from dpmarginals.protocol.http import ServiceClient, ServiceError
 from dpmarginals.protocol.plan import GroupSpec, Plan
 from dpmarginals.protocol.reports import REPORT_KEYS, PlanCodec, ReportError, support_counts
+from dpmarginals.protocol.simulate import simulate_reports
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 DOMAIN = Domain(("a", "b", "c"), (2, 3, 5))
@@ -45,8 +42,16 @@ def plan_with(oracle: str, epsilon: float = 1.0) -> Plan:
     return Plan("calm", epsilon, DOMAIN, groups, {"k": 2})
 
 
+def make_report(plan: Plan, record, *, group: int | None = None, rng=None) -> dict:
+    """One simulated user's report (the device's randomizer, no ledger)."""
+    row = record_row(plan, record, plan.domain.attributes)[None, :]
+    return simulate_reports(plan, row, groups=None if group is None else [group], rng=rng,
+                            max_epsilon=CAP)[0]
+
+
 def test_client_imports_only_numpy_and_the_standard_library():
-    code = ("import sys; import dpmarginals.protocol.client, dpmarginals.protocol.reports; "
+    code = ("import sys; import dpmarginals.protocol.device, dpmarginals.protocol.http, "
+            "dpmarginals.protocol.simulate, dpmarginals.protocol.reports; "
             "print(sorted(m for m in ('pandas', 'scipy', 'fastapi', 'starlette', 'pydantic', "
             "'uvicorn', 'statsmodels', 'pyarrow') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -57,7 +62,8 @@ def test_client_imports_only_numpy_and_the_standard_library():
 @pytest.mark.parametrize("oracle", ORACLES)
 def test_report_has_exactly_the_documented_fields_and_validates(oracle):
     plan = plan_with(oracle)
-    report = make_report(plan, {"a": 1, "b": 2, "c": 4}, max_epsilon=CAP)
+    device = Device(None, max_epsilon=CAP, max_total_epsilon=10 * CAP)
+    report = device.report(plan, {"a": 1, "b": 2, "c": 4}, origin="https://a", campaign="c")
     assert report.keys() == REPORT_KEYS
     assert report["version"] == 1 and report["plan_hash"] == plan.hash
     assert len(report["report_id"]) == 32 and int(report["report_id"], 16) >= 0
@@ -75,47 +81,53 @@ def test_report_is_the_oracle_output_of_the_projected_cell(oracle):
     record = {"a": 1, "b": 2, "c": 3}
     for group, attrs in enumerate(g.attributes for g in plan.groups):
         cell = DOMAIN.project(attrs).index_of([record[x] for x in attrs])
-        spec = plan.groups[group]
-        native = make_oracle(spec.oracle, spec.epsilon, spec.cells).perturb([cell], rng=11)
+        native = group_oracle(plan, group).perturb([cell], rng=11)
         expected = PlanCodec(plan).groups[group].payloads(native)[0]
-        report = make_report(plan, record, group=group, rng=11, max_epsilon=CAP)
+        report = make_report(plan, record, group=group, rng=11)
         assert report["payload"] == expected
         # a record given as a sequence in domain order is the same record
-        report = make_report(plan, [1, 2, 3], group=group, rng=11, max_epsilon=CAP)
+        report = make_report(plan, [1, 2, 3], group=group, rng=11)
         assert report["payload"] == expected
 
 
 def test_default_randomness_is_the_os_csprng(monkeypatch):
     calls = []
-    original = SecureRandom._words
+    original = SecureRandom.words
 
-    def counting(self, count):
+    def counting(self, count, bits):
         calls.append(count)
-        return original(self, count)
+        return original(self, count, bits)
 
-    monkeypatch.setattr(SecureRandom, "_words", counting)
+    monkeypatch.setattr(SecureRandom, "words", counting)
     plan = plan_with("oue")
-    first = make_report(plan, {"a": 0, "b": 0, "c": 0}, group=1, max_epsilon=CAP)
+    device = Device(None, max_epsilon=CAP, max_total_epsilon=10 * CAP)
+    first = device.report(plan, {"a": 0, "b": 0, "c": 0}, group=1, origin="o", campaign="c1")
     assert calls, "perturbation did not draw from SecureRandom"
-    second = make_report(plan, {"a": 0, "b": 0, "c": 0}, group=1, max_epsilon=CAP)
+    second = device.report(plan, {"a": 0, "b": 0, "c": 0}, group=1, origin="o", campaign="c2")
     assert first["report_id"] != second["report_id"]
     calls.clear()
-    make_reports(plan, np.zeros((50, 3), dtype=np.int64), max_epsilon=CAP)
+    simulate_reports(plan, np.zeros((50, 3), dtype=np.int64), max_epsilon=CAP)
     assert calls
 
 
 def test_client_errors_name_the_problem():
     plan = plan_with("grr")
+    device = Device(None, max_epsilon=CAP, max_total_epsilon=10 * CAP)
+
+    def report(record, group):
+        return device.report(plan, record, group=group, origin="o", campaign="c")
+
     with pytest.raises(DPMarginalsError, match="lacks the attributes"):
-        make_report(plan, {"a": 1}, group=0, max_epsilon=CAP)
-    with pytest.raises(DPMarginalsError, match=r"'c'.*out of its domain"):
-        make_report(plan, {"a": 1, "b": 0, "c": 5}, group=1, max_epsilon=CAP)
+        report({"a": 1}, 0)
+    with pytest.raises(DPMarginalsError, match=r"'c'.*outside its domain"):
+        report({"a": 1, "b": 0, "c": 5}, 1)
     with pytest.raises(DPMarginalsError, match="group 7"):
-        make_report(plan, {"a": 1, "b": 0, "c": 0}, group=7, max_epsilon=CAP)
+        report({"a": 1, "b": 0, "c": 0}, 7)
     with pytest.raises(DPMarginalsError, match="integer code"):
-        make_report(plan, {"a": 1.5, "b": 0, "c": 0}, group=0, max_epsilon=CAP)
+        report({"a": 1.5, "b": 0, "c": 0}, 0)
     with pytest.raises(DPMarginalsError, match="3 values"):
-        make_report(plan, [1, 0], group=0, max_epsilon=CAP)
+        report([1, 0], 0)
+    assert device.ledger.total() == 0  # nothing was charged
 
 
 def test_choose_group_is_uniform():
@@ -123,7 +135,6 @@ def test_choose_group_is_uniform():
     counts = np.bincount([choose_group(plan) for _ in range(3000)], minlength=3)
     # each count ~ Binomial(3000, 1/3): sd 25.8; 5 sd bounds (flaky with p < 1e-5)
     assert np.all(np.abs(counts - 1000) < 130)
-    assert choose_group(plan, rng=1) == choose_group(plan, rng=1)
 
 
 @pytest.mark.parametrize("oracle", ORACLES)
@@ -134,12 +145,12 @@ def test_many_reports_estimate_the_marginal_without_bias(oracle):
     records = np.column_stack([rng.integers(0, 2, n), rng.choice(3, n, p=[0.6, 0.3, 0.1]),
                                rng.integers(0, 5, n)])
     groups = np.arange(n) % plan.m
-    reports = make_reports(plan, records, groups=groups, rng=4, max_epsilon=CAP)
+    reports = simulate_reports(plan, records, groups=groups, rng=4, max_epsilon=CAP)
     assert [r["group"] for r in reports[:6]] == [0, 1, 2, 0, 1, 2]
     supports, users = support_counts(plan, reports)
     assert users.tolist() == [n // 3] * 3
     for g, spec in enumerate(plan.groups):
-        oracle_obj = make_oracle(spec.oracle, spec.epsilon, spec.cells)
+        oracle_obj = group_oracle(plan, g).oracle
         members = groups == g
         truth = np.bincount(PlanCodec(plan).cells(g, records[members]),
                             minlength=spec.cells) / members.sum()
@@ -148,14 +159,14 @@ def test_many_reports_estimate_the_marginal_without_bias(oracle):
         assert np.all(np.abs(est - truth) <= 4.5 * sd)  # per cell; seeded
 
 
-def test_make_reports_checks_its_input():
+def test_simulate_reports_checks_its_input():
     plan = plan_with("grr")
     with pytest.raises(DPMarginalsError, match="2-D"):
-        make_reports(plan, np.zeros(3, dtype=np.int64), max_epsilon=CAP)
+        simulate_reports(plan, np.zeros(3, dtype=np.int64), max_epsilon=CAP)
     with pytest.raises(DPMarginalsError, match="groups must lie"):
-        make_reports(plan, np.zeros((2, 3), dtype=np.int64), groups=[0, 3], max_epsilon=CAP)
+        simulate_reports(plan, np.zeros((2, 3), dtype=np.int64), groups=[0, 3], max_epsilon=CAP)
     with pytest.raises(DPMarginalsError, match="domain"):
-        make_reports(plan, np.full((2, 3), 9, dtype=np.int64), max_epsilon=CAP)
+        simulate_reports(plan, np.full((2, 3), 9, dtype=np.int64), max_epsilon=CAP)
 
 
 # -- the report format's validation --------------------------------------------------------
@@ -168,7 +179,7 @@ def _bad(plan: Plan, report: dict, match: str, code: str = "invalid_report") -> 
 
 def test_validation_rejects_each_kind_of_bad_report():
     plan = plan_with("grr")
-    good = make_report(plan, {"a": 1, "b": 1, "c": 1}, group=0, rng=0, max_epsilon=CAP)
+    good = make_report(plan, {"a": 1, "b": 1, "c": 1}, group=0, rng=0)
     _bad(plan, {**good, "plan_hash": "0" * 64}, "not the campaign's plan", "plan_mismatch")
     _bad(plan, {**good, "group": 3}, "group 3 is not one of 0..2")
     _bad(plan, {**good, "group": True}, "group True")
@@ -187,7 +198,7 @@ def test_validation_rejects_each_kind_of_bad_report():
 
 def test_validation_of_bit_vector_payloads():
     plan = plan_with("oue")  # group 1 has 15 cells: 2 bytes, one padding bit
-    good = make_report(plan, {"a": 0, "b": 2, "c": 4}, group=1, rng=0, max_epsilon=CAP)
+    good = make_report(plan, {"a": 0, "b": 2, "c": 4}, group=1, rng=0)
     raw = base64.b64decode(good["payload"])
     assert len(raw) == 2
     _bad(plan, {**good, "payload": base64.b64encode(raw + b"\0").decode()}, "2 bytes")
@@ -203,13 +214,13 @@ def test_validation_of_bit_vector_payloads():
 
 def test_validation_of_pair_payloads():
     olh = plan_with("olh")
-    good = make_report(olh, {"a": 0, "b": 2, "c": 4}, group=0, rng=0, max_epsilon=CAP)
+    good = make_report(olh, {"a": 0, "b": 2, "c": 4}, group=0, rng=0)
     seed, y = good["payload"]
     _bad(olh, {**good, "payload": [seed, 99]}, "hashed value 99")
     _bad(olh, {**good, "payload": [5, y]}, "not in the hash family")
     _bad(olh, {**good, "payload": [seed]}, "two integers")
     hr = plan_with("hr")
-    good = make_report(hr, {"a": 0, "b": 2, "c": 4}, group=0, rng=0, max_epsilon=CAP)
+    good = make_report(hr, {"a": 0, "b": 2, "c": 4}, group=0, rng=0)
     j, _ = good["payload"]
     _bad(hr, {**good, "payload": [j, 2]}, "bit must be 0 or 1")
     _bad(hr, {**good, "payload": [64, 0]}, "index 64")
@@ -235,27 +246,6 @@ def test_load_plan_accepts_a_plan_a_dict_json_and_a_file(tmp_path):
     tampered = {**plan.to_dict(), "epsilon": 9.0}
     with pytest.raises(DPMarginalsError, match="does not match"):
         load_plan(tampered)
-
-
-# -- reading records -----------------------------------------------------------------------
-def test_read_records_matches_columns_by_name(tmp_path):
-    plan = plan_with("grr")
-    path = tmp_path / "rows.csv.gz"
-    with gzip.open(path, "wt") as f:
-        f.write("c,extra,a,b\n4,x,1,2\n0,y,0,0\n")
-    assert read_records(path, plan).tolist() == [[1, 2, 4], [0, 0, 0]]
-    bad = tmp_path / "bad.csv"
-    bad.write_text("a,b\n1,2\n")
-    with pytest.raises(DPMarginalsError, match=r"columns \['c'\]"):
-        read_records(bad, plan)
-    bad.write_text("a,b,c\n1,2,x\n")
-    with pytest.raises(DPMarginalsError, match="line 2"):
-        read_records(bad, plan)
-    bad.write_text("a,b,c\n1,3,0\n")
-    with pytest.raises(DPMarginalsError, match="'b'"):
-        read_records(bad, plan)
-    with pytest.raises(DPMarginalsError, match="not found"):
-        read_records(tmp_path / "missing.csv", plan)
 
 
 # -- the HTTP client against a stand-in server (standard library only) ----------------------
@@ -297,7 +287,7 @@ def flaky_server():
 
 def test_a_retried_batch_that_was_stored_counts_as_stored(flaky_server):
     plan = plan_with("grr")
-    reports = make_reports(plan, np.zeros((5, 3), dtype=np.int64), rng=0, max_epsilon=CAP)
+    reports = simulate_reports(plan, np.zeros((5, 3), dtype=np.int64), rng=0, max_epsilon=CAP)
     with ServiceClient(flaky_server, "c1", retries=2) as client:
         out = client.send_batch(reports)
     assert out == {"accepted": 0, "already_stored": 5}
@@ -307,7 +297,7 @@ def test_a_retried_batch_that_was_stored_counts_as_stored(flaky_server):
 def test_a_first_attempt_duplicate_is_an_error(flaky_server):
     _FlakyHandler.posts = [b"already one"]  # skip the dropped connection
     plan = plan_with("grr")
-    report = make_report(plan, [0, 0, 0], rng=0, max_epsilon=CAP)
+    report = make_report(plan, [0, 0, 0], rng=0)
     with ServiceClient(flaky_server, "c1", retries=0) as client, \
             pytest.raises(ServiceError, match="409 duplicate_report") as info:
         client.send(report)

@@ -62,7 +62,8 @@ def test_no_import_cycle_between_packages():
 
 
 def test_the_client_needs_only_numpy_and_the_standard_library():
-    code = ("import sys, dpmarginals.protocol.client, dpmarginals.protocol.ledger; "
+    code = ("import sys, dpmarginals.protocol.device, dpmarginals.protocol.http, "
+            "dpmarginals.protocol.simulate; "
             "heavy = {'pandas', 'scipy', 'fastapi', 'duckdb', 'pyarrow', 'opendp', 'jax', "
             "'matplotlib', 'statsmodels', 'pyspark', 'mbi', 'tqdm'}; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))")
@@ -86,17 +87,25 @@ sys.meta_path.insert(0, Refuse())
 """
 
 
+# What a device installs: numpy, and rfc8785 (pure Python: the plans' canonical JSON).
+DEVICE = {"numpy", "rfc8785", "dpmarginals"}
+
+
 def test_the_client_makes_reports_with_only_numpy_installed():
-    code = ONLY_ALLOWED.format(allowed={"numpy", "dpmarginals"}) + """
+    code = ONLY_ALLOWED.format(allowed=DEVICE) + """
 from dpmarginals.core.domain import Domain
-from dpmarginals.protocol.client import check_plan, make_report, make_reports
+from dpmarginals.protocol.checks import check_plan
+from dpmarginals.protocol.device import Device
+from dpmarginals.protocol.simulate import simulate_reports
 from dpmarginals.protocol.plan import GroupSpec, Plan
 import numpy as np
 plan = Plan("calm", 1.0, Domain(("sex", "age"), (2, 3)),
-            (GroupSpec(("sex", "age"), "oue", 1.0, 6), GroupSpec(("age",), "grr", 1.0, 3)))
+            (GroupSpec(("sex", "age"), "oue", 1.0, 6), GroupSpec(("age",), "grr", 1.0, 3)),
+            longitudinal=4.0)
 check_plan(plan, max_epsilon=1.0)
-report = make_report(plan, {"sex": 1, "age": 2}, max_epsilon=1.0)
-many = make_reports(plan, np.array([[0, 1], [1, 2]]), max_epsilon=1.0)
+phone = Device(None, max_epsilon=1.0, max_total_epsilon=3.0)
+report = phone.report(plan, {"sex": 1, "age": 2}, origin="https://x", campaign="c")
+many = simulate_reports(plan, np.array([[0, 1], [1, 2]]), max_epsilon=1.0)
 print(report["group"] in (0, 1), len(report["report_id"]), type(many).__name__)
 """
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -114,14 +123,14 @@ def test_the_client_makes_every_report_format_from_the_plan_alone_with_only_nump
     dom = Domain(("a", "b", "c"), (2, 3, 2))
     plans = [make(name, epsilon=1.0, k=2).plan(dom, 10_000).to_dict()
              for name in ("inp_ht", "marg_ht", "inp_htcms", "em")]
-    code = ONLY_ALLOWED.format(allowed={"numpy", "dpmarginals"}) + f"""
+    code = ONLY_ALLOWED.format(allowed=DEVICE) + f"""
 import json
 import numpy as np
-from dpmarginals.protocol.client import make_reports
+from dpmarginals.protocol.simulate import simulate_reports
 from dpmarginals.protocol.reports import support_counts
 from dpmarginals.protocol.plan import Plan
 for spec in json.loads({json.dumps(json.dumps(plans))}):
-    reports = make_reports(spec, np.array([[0, 1, 1], [1, 2, 0]] * 50), max_epsilon=1.0)
+    reports = simulate_reports(spec, np.array([[0, 1, 1], [1, 2, 0]] * 50), max_epsilon=1.0)
     counts = support_counts(Plan.from_dict(spec), reports)
     print(spec["method"], counts.n, sum(int(s.sum()) for s in counts.supports) > 0)
 """

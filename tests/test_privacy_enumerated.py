@@ -32,6 +32,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+from dpmarginals.protocol.client import make_reports
 from scipy import stats
 
 from dpmarginals import Dataset, Domain
@@ -46,7 +47,6 @@ from dpmarginals.local.fourier import FT, InpHT, MargHT, coefficient_masks
 from dpmarginals.local.wfm import WFM
 from dpmarginals.methods import available, make
 from dpmarginals.oracles import ORACLES, fwht
-from dpmarginals.protocol.client import make_reports
 from dpmarginals.protocol.plan import Plan
 from dpmarginals.protocol.reports import PlanCodec
 

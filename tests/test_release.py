@@ -42,11 +42,11 @@ def files(tmp_path):
 # -- 1. release vs. simulation ----------------------------------------------------------------
 def test_release_is_private_per_user_and_os_random(monkeypatch):
     draws = []
-    real = SecureRandom._words
-    monkeypatch.setattr(SecureRandom, "_words",
-                        lambda self, count: draws.append(count) or real(self, count))
+    real = SecureRandom.words
+    monkeypatch.setattr(SecureRandom, "words", lambda self, count, bits: draws.append(
+        count * bits) or real(self, count, bits))
     r = release(people(), DOMAIN, method="calm", epsilon=1.0, k=2)
-    assert 2 * sum(draws) >= 4000  # >= 32 OS random bits per record: the per-user path
+    assert sum(draws) >= 32 * 2000  # >= 32 OS random bits per record: the per-user path
     mark = r.privacy
     assert (mark.private, mark.model, mark.method, mark.epsilon) == (True, "local", "calm", 1.0)
     assert mark.plan_hash == r.info["plan_hash"] and "os.urandom" in mark.randomness
@@ -276,7 +276,7 @@ def test_service_answers_show_the_users_values(tmp_path):
     pytest.importorskip("fastapi")
     from fastapi.testclient import TestClient
 
-    from dpmarginals.protocol.client import make_reports
+    from dpmarginals.protocol.simulate import simulate_reports
     from dpmarginals.service import synopsis_from_reports
     from dpmarginals.service.app import create_app
 
@@ -288,8 +288,8 @@ def test_service_answers_show_the_users_values(tmp_path):
         r = api.post("/campaigns", json={"id": "p", "plan": plan.to_dict()}, headers=token)
         assert r.status_code == 201, r.text
         given = api.get("/campaigns/p/assignment", params={"count": data.n}).json()
-        reports = make_reports(plan, data.codes, max_epsilon=1.0, rng=0,
-                               groups=np.asarray(given["groups"]))
+        reports = simulate_reports(plan, data.codes, max_epsilon=1.0, rng=0,
+                                   groups=np.asarray(given["groups"]))
         assert synopsis_from_reports(plan, reports).privacy.private is True
         ticketed = [{**rep, "ticket": t} for rep, t in zip(reports, given["tickets"],
                                                            strict=True)]
@@ -304,20 +304,21 @@ def test_service_answers_show_the_users_values(tmp_path):
 
 
 def test_the_client_takes_the_users_own_values():
-    from dpmarginals.protocol.client import make_report
+    from dpmarginals.protocol.device import Device
     from dpmarginals.protocol.plan import GroupSpec, Plan
 
     dom = Domain.from_dict({"sex": ["f", "m"], "age": {"bins": [18, 30, 65, 90]},
                             "country": {"labels": ["US", "DE"], "other": True}})
     plan = Plan("calm", 20.0, dom, (GroupSpec(("sex", "age", "country"), "grr", 20.0, 18),))
-    # at epsilon 20 GRR reports the truth except with probability 17 e^-20 (seeded)
-    report = make_report(plan, {"sex": "m", "age": 37, "country": "FR"}, max_epsilon=20,
-                         rng=0)
+    phone = Device(None, max_epsilon=20, max_total_epsilon=100)
+    # at epsilon 20 GRR reports the truth except with probability < 1e-7 (OS randomness)
+    report = phone.report(plan, {"sex": "m", "age": 37, "country": "FR"}, origin="o",
+                          campaign="a")
     assert report["payload"] == dom.index_of((1, 1, 2))  # GRR sends the cell itself
     with pytest.raises(DPMarginalsError, match=r"'sex': value 'x' is not in the declared"):
-        make_report(plan, {"sex": "x", "age": 37, "country": "US"}, max_epsilon=20)
+        phone.report(plan, {"sex": "x", "age": 37, "country": "US"}, origin="o", campaign="b")
     with pytest.raises(DPMarginalsError, match=r"'age': value 12 is not in"):
-        make_report(plan, {"sex": "f", "age": 12, "country": "US"}, max_epsilon=20)
+        phone.report(plan, {"sex": "f", "age": 12, "country": "US"}, origin="o", campaign="c")
 
 
 # -- what an attacker's and a careless user's trial found ----------------------------------
@@ -390,7 +391,7 @@ def test_a_plan_is_taken_as_sent_or_not_at_all():
 
 
 def test_a_malformed_assignment_is_a_clear_error(monkeypatch):
-    from dpmarginals.protocol.client import ServiceClient, ServiceError
+    from dpmarginals.protocol.http import ServiceClient, ServiceError
 
     client = ServiceClient("http://127.0.0.1:9", "c")
     for body in ([1], {}, {"group": "1"}, {"group": True}):

@@ -29,10 +29,11 @@ with warnings.catch_warnings():  # starlette's notice about its httpx-based test
     warnings.simplefilter("ignore")
     from fastapi.testclient import TestClient
 
+from dpmarginals.protocol.client import make_report, make_reports
+
 from dpmarginals.core.domain import Domain
 from dpmarginals.core.errors import DPMarginalsError
 from dpmarginals.local.calm import CALM
-from dpmarginals.protocol.client import make_report, make_reports
 from dpmarginals.protocol.plan import GroupSpec, Plan
 from dpmarginals.protocol.reports import MAX_BATCH_REPORTS, PlanCodec, ReportError
 from dpmarginals.service import synopsis_from_reports

@@ -25,8 +25,9 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from dpmarginals.core.domain import Domain
 from dpmarginals.protocol.client import ServiceClient, ServiceError, make_reports
+
+from dpmarginals.core.domain import Domain
 from dpmarginals.protocol.plan import GroupSpec, Plan
 from dpmarginals.service import synopsis_from_reports
 from dpmarginals.service.store import SQLiteStore

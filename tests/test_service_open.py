@@ -26,9 +26,10 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from fastapi.testclient import TestClient
 
+from dpmarginals.protocol.client import make_reports
+
 from dpmarginals.core.domain import Domain
 from dpmarginals.local.calm import CALM
-from dpmarginals.protocol.client import make_reports
 from dpmarginals.protocol.plan import GroupSpec, Plan
 from dpmarginals.service.app import Limits, create_app
 from dpmarginals.service.errors import ServiceError
@@ -404,9 +405,10 @@ def _routed(api: TestClient, monkeypatch) -> None:
 def test_every_collectable_method_runs_end_to_end_with_the_ticket_flow(api, monkeypatch):
     """Every local method whose plan the service admits: campaign, the real client (plan
     check, assignment + ticket, randomize, send), and the method's own release."""
+    from dpmarginals.protocol.client import ServiceClient, play
+
     from dpmarginals import methods
     from dpmarginals.private_release import CENTRAL_METHODS
-    from dpmarginals.protocol.client import ServiceClient, play
     from dpmarginals.protocol.reports import support_counts
     from dpmarginals.service.admission import PlanRejected, admit_plan
 

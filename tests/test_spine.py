@@ -16,6 +16,7 @@ from itertools import combinations
 
 import numpy as np
 import pytest
+from dpmarginals.protocol.client import make_reports
 
 from dpmarginals.core.dataset import Dataset
 from dpmarginals.core.domain import Domain
@@ -24,7 +25,6 @@ from dpmarginals.local.binary_encoding import BinaryEncoding
 from dpmarginals.local.collect import estimate_views, group_supports
 from dpmarginals.methods import available, for_plan, make
 from dpmarginals.oracles import ORACLES
-from dpmarginals.protocol.client import make_reports
 from dpmarginals.protocol.counts import Counts
 from dpmarginals.protocol.reports import PlanCodec, ReportError, support_counts
 

@@ -36,9 +36,9 @@ pytest.importorskip("httpx")
 
 import httpx
 import uvicorn
+from dpmarginals.protocol.client import make_reports
 
 from dpmarginals.core.domain import Domain
-from dpmarginals.protocol.client import make_reports
 from dpmarginals.protocol.plan import GroupSpec, Plan
 from dpmarginals.service import synopsis_from_reports
 from dpmarginals.service.app import create_app

@@ -17,6 +17,7 @@ from itertools import combinations, product
 
 import numpy as np
 import pytest
+from dpmarginals.protocol.client import PlanRefused, check_plan, make_report
 from scipy import stats
 
 from dpmarginals import Dataset, Domain, make
@@ -24,7 +25,6 @@ from dpmarginals.core.errors import DPMarginalsError
 from dpmarginals.core.randomness import SecureRandom
 from dpmarginals.local.wfm import WFM, WFMSynopsis, covariance, reconstruction, sample_outputs
 from dpmarginals.planning import factorization as fz
-from dpmarginals.protocol.client import PlanRefused, check_plan, make_report
 from dpmarginals.protocol.formats import StrategyMatrix, decode_matrix, encode_matrix
 from dpmarginals.protocol.plan import Plan
 from dpmarginals.synopsis.base import load_synopsis

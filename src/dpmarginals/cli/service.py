@@ -32,10 +32,12 @@ from typing import Any
 from ..core.errors import DPMarginalsError
 from .argtypes import epsilon as _epsilon
 from .argtypes import non_negative_int as _non_negative_int
+from .argtypes import number_in
 from .argtypes import positive_int as _positive_int
 
 __all__ = ["register"]
 
+_epsilon_total = number_in(0.0, float("inf"))
 TOKEN_ENV = "DPMARGINALS_ADMIN_TOKEN"
 ANALYST_ENV = "DPMARGINALS_ANALYST_TOKEN"
 _ON_ARGV = ("a token on the command line is visible to every local user (ps, /proc); give "
@@ -146,42 +148,61 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 # -- client -------------------------------------------------------------------------------
 def _cmd_client(args: argparse.Namespace) -> int:
-    from ..protocol.client import check_plan, make_reports, play
-
-    if args.max_total_epsilon is not None and args.ledger is None:
-        raise DPMarginalsError("--max-total-epsilon needs --ledger FILE")
     if args.ledger is not None:
+        if args.simulate:
+            raise DPMarginalsError("--ledger (one device) and --simulate (every row a simulated "
+                                   "user) exclude each other")
+        if args.max_total_epsilon is None:
+            raise DPMarginalsError("--ledger needs --max-total-epsilon EPS: the most this device "
+                                   "ever spends (the server cannot raise it)")
         return _client_device(args)
+    if not args.simulate:
+        raise DPMarginalsError("give --ledger FILE --max-total-epsilon EPS (this device's one "
+                               "record) or --simulate (every row of --data a simulated user, "
+                               "for tests and demos)")
+    if args.max_total_epsilon is not None or args.max_period_epsilon is not None:
+        raise DPMarginalsError("--max-total-epsilon and --max-period-epsilon are a device's "
+                               "caps: they go with --ledger, not --simulate")
+    return _client_simulated(args)
+
+
+def _client_simulated(args: argparse.Namespace) -> int:
+    """``--simulate``: every row of --data is another user (no ledger)."""
+    from ..protocol.checks import check_plan
+    from ..protocol.simulate import play, simulate_reports
+
     if args.server is None:
         if args.plan is None or args.save_reports is None:
             raise DPMarginalsError("give --server URL and --campaign ID, or (offline) --plan "
                                    "FILE and --save-reports FILE")
         plan = check_plan(args.plan, args.max_epsilon)
-        records = _records(args, plan)
-        reports = make_reports(plan, records, max_epsilon=args.max_epsilon)
+        reports = simulate_reports(plan, _records(args, plan), max_epsilon=args.max_epsilon)
         with open(args.save_reports, "w", encoding="utf-8") as sink:
             sink.writelines(json.dumps(r, separators=(",", ":")) + "\n" for r in reports)
-        print(f"wrote {len(reports):,} reports for plan {plan.hash[:12]} to {args.save_reports}")
+        print(f"wrote {len(reports):,} simulated users' reports for plan {plan.hash[:12]} to "
+              f"{args.save_reports}")
         return 0
     with _service_client(args) as client:
         records = _records(args, client.plan())
         summary = play(client, records, max_epsilon=args.max_epsilon, batch=args.batch,
                        assign=args.assign, save=args.save_reports)
     if args.json:
-        print(json.dumps(summary))
+        print(json.dumps({**summary, "simulation": True}))
     else:
         rate = summary["reports_per_second"]
-        print(f"sent {summary['sent']:,} reports to campaign {args.campaign!r} at "
-              f"{args.server} in {summary['seconds']:.2f} s"
+        print(f"sent {summary['sent']:,} simulated users' reports to campaign {args.campaign!r} "
+              f"at {args.server} in {summary['seconds']:.2f} s"
               + (f" ({rate:,.0f} reports/s)" if rate else ""))
     return 0
 
 
 def _records(args: argparse.Namespace, plan: Any) -> Any:
-    """The rows of --data this run plays: after the first --skip, at most --limit."""
-    from ..protocol.client import read_records
+    """The rows of --data this run plays (codes in the plan's domain order): after the first
+    --skip, at most --limit.  Read as ``release`` reads a table: labels, bins and codes as
+    the plan's domain declares them, errors naming the column, line and value."""
+    from ..core.dataset import Dataset
 
-    rows = read_records(args.data, plan)
+    rows = Dataset.from_file(args.data, plan.domain, extra_columns="ignore").codes
     chosen = rows[args.skip:][: args.limit]
     if not len(chosen):
         raise DPMarginalsError(f"--skip {args.skip} leaves none of the {len(rows):,} rows of "
@@ -191,7 +212,8 @@ def _records(args: argparse.Namespace, plan: Any) -> Any:
 
 def _service_client(args: argparse.Namespace) -> Any:
     """The campaign's client, its plan fetched and compared with ``--plan`` if given."""
-    from ..protocol.client import ServiceClient, check_plan
+    from ..protocol.checks import check_plan
+    from ..protocol.http import ServiceClient
 
     if args.campaign is None:
         raise DPMarginalsError("--campaign ID is required with --server")
@@ -208,10 +230,14 @@ def _service_client(args: argparse.Namespace) -> Any:
 
 
 def _client_device(args: argparse.Namespace) -> int:
-    """``--ledger FILE``: the one record of --data as this device's report (ledger kept)."""
-    from ..protocol.client import Ledger, check_plan, make_report
+    """``--ledger FILE``: the one record of --data as this device's report."""
+    from ..protocol.checks import check_plan
+    from ..protocol.device import Device
 
-    ledger = Ledger(args.ledger, max_total_epsilon=args.max_total_epsilon)
+    device = Device(args.ledger, max_epsilon=args.max_epsilon,
+                    max_total_epsilon=args.max_total_epsilon,
+                    max_period_epsilon=args.max_period_epsilon,
+                    period_seconds=3600.0 * args.period_hours)
 
     def one_record(plan: Any) -> list[int]:
         rows = _records(args, plan)
@@ -225,29 +251,28 @@ def _client_device(args: argparse.Namespace) -> int:
             raise DPMarginalsError("offline, --ledger needs --plan FILE, --save-reports FILE "
                                    "and --campaign ID (the campaign's name in the ledger)")
         plan = check_plan(args.plan, args.max_epsilon)
-        campaign = args.campaign
-        report = make_report(plan, one_record(plan), max_epsilon=args.max_epsilon,
-                             group=None, ledger=ledger, campaign=campaign)
+        origin = "offline"
+        report = device.report(plan, one_record(plan), origin=origin, campaign=args.campaign)
         with open(args.save_reports, "w", encoding="utf-8") as sink:
             sink.write(json.dumps(report, separators=(",", ":")) + "\n")
     else:
         with _service_client(args) as client:
             plan = client.plan()
-            campaign = client.ledger_key
-            report = client.submit(one_record(plan), max_epsilon=args.max_epsilon,
-                                   assign=args.assign, ledger=ledger)
-    out = {"campaign": campaign, "plan_hash": plan.hash, "group": report["group"],
-           "report_id": report["report_id"], "epsilon_charged": ledger.spent(campaign),
-           "epsilon_total": ledger.spent(), "max_total_epsilon": ledger.max_total_epsilon}
+            origin = client.origin
+            report = client.submit(one_record(plan), device, assign=args.assign)
+    key = f"{origin}|{args.campaign}"
+    out = {"campaign": args.campaign, "origin": origin, "plan_hash": plan.hash,
+           "group": report["group"], "report_id": report["report_id"],
+           "epsilon_charged": device.ledger.spent(key), "epsilon_total": device.ledger.spent(),
+           "max_total_epsilon": device.max_total_epsilon}
     if args.json:
         print(json.dumps(out))
     else:
         verb = "wrote" if args.server is None else "sent"
-        cap = (f" of max_total_epsilon {ledger.max_total_epsilon:g}"
-               if ledger.max_total_epsilon is not None else "")
         print(f"{verb} report {report['report_id']} (group {report['group']}) for campaign "
-              f"{campaign!r}: charged epsilon {out['epsilon_charged']:g}, device total "
-              f"{out['epsilon_total']:g}{cap} (ledger {args.ledger})")
+              f"{args.campaign!r}: charged epsilon {out['epsilon_charged']:g}, device total "
+              f"{out['epsilon_total']:g} of max_total_epsilon {device.max_total_epsilon:g} "
+              f"(ledger {args.ledger})")
     return 0
 
 
@@ -297,7 +322,7 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _build_plan(args: argparse.Namespace) -> Any:
-    from ..protocol.client import load_plan
+    from ..protocol.checks import load_plan
 
     if args.plan is not None:
         if any(v is not None for v in (args.domain, args.epsilon, args.k, args.n)):
@@ -312,7 +337,7 @@ def _build_plan(args: argparse.Namespace) -> Any:
 
 
 def _cmd_campaign_create(args: argparse.Namespace) -> int:
-    from ..protocol.client import ServiceClient
+    from ..protocol.http import ServiceClient
 
     plan = _build_plan(args)
     if args.save_plan is not None:
@@ -327,7 +352,7 @@ def _cmd_campaign_create(args: argparse.Namespace) -> int:
 
 
 def _cmd_campaign_status(args: argparse.Namespace) -> int:
-    from ..protocol.client import ServiceClient
+    from ..protocol.http import ServiceClient
 
     with ServiceClient(args.server, args.id, token=_reader_token(args)) as client:
         status = client.status()
@@ -345,7 +370,7 @@ def _cmd_campaign_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_campaign_export(args: argparse.Namespace) -> int:
-    from ..protocol.client import ServiceClient
+    from ..protocol.http import ServiceClient
 
     if (args.out is None) == (args.parquet is None):
         raise DPMarginalsError("campaign export: give exactly one of --out FILE (JSON lines) "
@@ -369,7 +394,7 @@ def _cmd_campaign_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_campaign_close(args: argparse.Namespace) -> int:
-    from ..protocol.client import ServiceClient
+    from ..protocol.http import ServiceClient
 
     with ServiceClient(args.server, args.id, token=_token(args)) as client:
         client.close_campaign()
@@ -378,7 +403,7 @@ def _cmd_campaign_close(args: argparse.Namespace) -> int:
 
 
 def _cmd_campaign_next_phase(args: argparse.Namespace) -> int:
-    from ..protocol.client import ServiceClient
+    from ..protocol.http import ServiceClient
 
     with ServiceClient(args.server, args.id, token=_token(args)) as client:
         out = client.open_next_phase(args.users, None if args.expires_at is None
@@ -455,32 +480,42 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=_cmd_serve)
 
     p = subparsers.add_parser(
-        "client", help="report as one device (--ledger), or play every CSV row as one user",
-        description="Randomize records on the device with OS entropy and send the reports. "
-        "The campaign's plan is refused (one line, nothing drawn) if it asks for more than "
-        "--max-epsilon, if a group's epsilon is not the plan's, or if its hash or cells do "
-        "not match. With --ledger FILE the one record of --data is this device's report: "
-        "once per campaign, its randomization memoized per plan and value, its epsilon "
-        "counted (and capped by --max-total-epsilon). Without --ledger every row of --data "
-        "is another simulated user (tests and demos). Needs only numpy. Offline: --plan "
-        "FILE --save-reports FILE without --server writes the reports instead.")
+        "client", help="report as one device (--ledger), or play every CSV row as a "
+        "simulated user (--simulate)",
+        description="Randomize records with OS entropy and send the reports. The campaign's "
+        "plan is refused (one line, nothing drawn) if it asks for more than --max-epsilon per "
+        "report, if a group's epsilon is not the plan's, or if its hash or cells do not "
+        "match. A device (--ledger FILE, with --max-total-epsilon): the one record of --data "
+        "is its report, once per campaign, the campaign pinned to the plan it first showed, "
+        "one phase per collection, a memoized plan's permanent response kept per value and "
+        "noised afresh for every report, every report charged against --max-total-epsilon "
+        "(and --max-period-epsilon per --period-hours). --simulate: every row of --data is "
+        "another simulated user, with no ledger (tests and demos). --data is read as "
+        "`release` reads it: labels, bins or codes, as the plan's domain declares. Offline: "
+        "--plan FILE --save-reports FILE without --server writes the reports instead.")
     p.add_argument("--server", default=None, help="the aggregator's URL")
     p.add_argument("--campaign", default=None, help="campaign id")
     p.add_argument("--data", required=True,
-                   help="CSV (or .csv.gz) whose header names the plan's attributes; cells "
-                   "hold integer codes")
+                   help="CSV (plain or compressed) or Parquet whose header names the plan's "
+                   "attributes; values as the plan's domain declares them")
     p.add_argument("--max-epsilon", type=_epsilon, required=True, metavar="EPS",
                    help="required: the most epsilon this device spends on one report; a plan "
                    "asking for more is refused")
     p.add_argument("--ledger", default=None, metavar="FILE",
-                   help="this device's privacy ledger (JSON, created if missing): one report "
-                   "per campaign, memoized randomization, epsilon spent")
-    p.add_argument("--max-total-epsilon", type=_epsilon, default=None, metavar="EPS",
-                   help="with --ledger: the most epsilon this device spends in total")
+                   help="this device's privacy ledger (JSON, created if missing)")
+    p.add_argument("--max-total-epsilon", type=_epsilon_total, default=None, metavar="EPS",
+                   help="required with --ledger: the most epsilon this device ever spends")
+    p.add_argument("--max-period-epsilon", type=_epsilon_total, default=None, metavar="EPS",
+                   help="with --ledger: the most epsilon spent in any --period-hours")
+    p.add_argument("--period-hours", type=float, default=24.0, metavar="H",
+                   help="the period of --max-period-epsilon (default 24)")
+    p.add_argument("--simulate", action="store_true",
+                   help="every row of --data is another simulated user (no ledger)")
     p.add_argument("--plan", default=None,
                    help="plan JSON (offline mode, or to check the campaign's plan)")
     p.add_argument("--batch", type=_positive_int, default=1000,
-                   help="reports per request (default 1000; 1 sends each report alone)")
+                   help="with --simulate: reports per request (default 1000; 1 sends each "
+                   "report alone)")
     p.add_argument("--assign", choices=("server", "local"), default="server",
                    help="groups from the service (default) or drawn on the device")
     p.add_argument("--limit", type=_positive_int, default=None, help="only the first N rows")

@@ -40,6 +40,27 @@ def describe_os_error(exc: OSError, path: str | os.PathLike[str] | None = None) 
     return reason[:1].lower() + reason[1:]
 
 
+EPSILON_CEILING = 20.0
+"""The largest per-report or release epsilon anything here accepts for a real release or a
+device (e^20 is about 5e8: no privacy is left); one cap and one message everywhere."""
+
+
+def check_budget(epsilon: object, field: str = "epsilon") -> float:
+    """A budget someone may publish under or a device may spend: a finite number in
+    (0, :data:`EPSILON_CEILING`], else the one message every command gives.
+
+    >>> check_budget(25)
+    Traceback (most recent call last):
+    ...
+    dpmarginals.core.errors.DPMarginalsError: epsilon = 25 exceeds 20, beyond any meaningful privacy
+    """
+    value = check_epsilon(epsilon, field)  # type: ignore[arg-type]
+    if value > EPSILON_CEILING:
+        raise DPMarginalsError(f"{field} = {epsilon!r} exceeds {EPSILON_CEILING:g}, beyond any "
+                               "meaningful privacy")
+    return value
+
+
 def check_epsilon(epsilon: float, field: str = "epsilon") -> float:
     """Validate a privacy budget: a finite number > 0."""
     try:

@@ -4,16 +4,23 @@ collision probabilities of reducing residues mod P into [w]."""
 
 from __future__ import annotations
 
-__all__ = ["PRIME", "distinct_collision", "independent_collision"]
+from fractions import Fraction
+
+__all__ = ["PRIME", "distinct_collision", "distinct_collision_exact", "independent_collision"]
 
 PRIME = (1 << 31) - 1
 
 
 def distinct_collision(w: int) -> float:
     """P[u mod w == u' mod w] for two *distinct* uniform residues u != u' mod P (OLH)."""
+    return float(distinct_collision_exact(w))
+
+
+def distinct_collision_exact(w: int) -> Fraction:
+    """:func:`distinct_collision` as an exact rational."""
     m, r = divmod(PRIME, w)
     same = r * (m + 1) * m + (w - r) * m * (m - 1)
-    return same / (PRIME * (PRIME - 1))
+    return Fraction(same, PRIME * (PRIME - 1))
 
 
 def independent_collision(w: int) -> float:

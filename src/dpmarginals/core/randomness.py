@@ -69,6 +69,15 @@ class SecureRandom:
     def _words(self, count: int) -> np.ndarray:
         return np.frombuffer(os.urandom(8 * count), dtype=np.uint64)
 
+    def words(self, count: int, bits: int) -> np.ndarray:
+        """``count`` units of 16 or 32 bits from the OS: the 32-bit words' little-endian
+        bytes, so a 16-bit unit is a word's low half, then its high half."""
+        if bits not in (16, 32):
+            raise ValueError(f"bits must be 16 or 32, got {bits!r}")
+        words32 = count if bits == 32 else -(-count // 2)
+        raw = np.frombuffer(os.urandom(4 * words32), dtype="<u4")
+        return raw if bits == 32 else raw.view("<u2")[:count]
+
     def random(self, size: int | tuple[int, ...] | None = None) -> np.ndarray:
         """Uniform floats on [0, 1) with 53 random bits each."""
         shape = () if size is None else size
@@ -133,6 +142,9 @@ def random_words(src: RandomSource, count: int, bits: int = 32) -> np.ndarray:
     if isinstance(src, np.random.Generator):
         full = src.integers(0, 2**64, size=-(-count * bits // 64), dtype=np.uint64)
         return full.view(dtype)[:count]
+    own = getattr(src, "words", None)  # the OS source, a replayed word stream
+    if own is not None and bits in (16, 32):
+        return own(count, bits)
     return np.asarray(src.integers(0, 1 << bits, size=count)).astype(dtype)
 
 
@@ -140,8 +152,8 @@ def client_rng(rng: RNGLike = None) -> RandomSource:
     """The source a randomizer draws from: OS entropy unless a seed/Generator is given."""
     if rng is None:
         return SecureRandom()
-    if isinstance(rng, SecureRandom):
-        return rng
+    if isinstance(rng, SecureRandom | np.random.Generator) or hasattr(rng, "words"):
+        return rng  # type: ignore[return-value]
     return np.random.default_rng(rng)  # type: ignore[arg-type]
 
 

@@ -22,7 +22,8 @@ counted by the numpy engine.
 >>> from dpmarginals.oracles import OUE
 >>> from dpmarginals.protocol.plan import GroupSpec, Plan
 >>> plan = Plan("calm", 1.0, Domain(("a",), (12,)), (GroupSpec(("a",), "oue", 1.0, 12),))
->>> reports = OUE(1.0, 12).perturb(np.arange(1000) % 12, rng=0)
+>>> reports = np.packbits(np.eye(12, dtype=bool)[np.arange(1000) % 12], axis=1,
+...                       bitorder="little")
 >>> root = tempfile.mkdtemp()
 >>> _ = write_reports(plan, root, "demo", [reports])
 >>> (s1, n1), (s2, n2) = (count_supports(plan, root, e) for e in ("numpy", "duckdb"))

@@ -58,11 +58,11 @@ from ..core.randomness import RNGLike, simulation_rng
 from ..inference.energies import interaction_energies
 from ..inference.pgm import CAPACITY_ORDERS
 from ..inference.views import NoisyView
-from ..oracles import make_oracle
 from ..planning.covering import balanced_subsets
 from ..planning.optimal import MAX_QUERIES, Groups, Structure, group_variance, plan_optimal
 from ..planning.workload import Workload, coefficient_variance, parse_workload
 from ..protocol.counts import Counts
+from ..protocol.formats import group_oracle
 from ..protocol.phases import earlier_hashes
 from ..protocol.plan import GroupSpec, Plan
 from ..synopsis.base import Synopsis, consistent_synopsis
@@ -104,11 +104,10 @@ def calibrated_views(plan: Plan, counts: Counts) -> list[NoisyView]:
     """
     views = estimate_views(plan, counts)
     out = []
-    for spec, view in zip(plan.groups, views, strict=True):
+    for g, view in enumerate(views):
         if view.users <= 0:
             continue
-        var = coefficient_variance(make_oracle(spec.oracle, spec.epsilon, spec.cells),
-                                   view.users)
+        var = coefficient_variance(group_oracle(plan, g).oracle, view.users)
         out.append(NoisyView(view.attributes, view.table, view.users, var))
     return out
 
@@ -307,7 +306,7 @@ class Adaptive:
                               existing=Groups.reported(domain, views), shrink=True,
                               oracles=self.oracles,
                               extra=[("calm", [g.attributes for g in calm.groups])])
-        params = {"phase": phase + 1, "phases": total, "k": self.k, "phase1_hash": first.hash,
+        params = {"phase": phase + 1, "phases": total, "k": self.k,
                   "earlier_hashes": [p.hash for p in plans], "phase1_users": counts[0].n,
                   "users": int(users)}
         return choice.plan(domain, self.epsilon, self.name, params)

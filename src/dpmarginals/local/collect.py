@@ -27,7 +27,7 @@ from ..core.dataset import Dataset
 from ..core.errors import DPMarginalsError
 from ..core.randomness import RNGLike, client_rng, simulation_rng
 from ..inference.views import NoisyView
-from ..oracles import ORACLES, make_oracle
+from ..oracles import ORACLES
 from ..protocol.counts import Counts
 from ..protocol.formats import group_oracle
 from ..protocol.plan import Plan
@@ -144,8 +144,11 @@ def estimate_views(plan: Plan, supports: list[np.ndarray] | Counts,
     if isinstance(supports, Counts):
         supports, users = supports
     views = []
-    for spec, support, n_g in zip(plan.groups, supports, users, strict=True):
-        oracle = make_oracle(spec.oracle, spec.epsilon, spec.cells)
+    for g, (spec, support, n_g) in enumerate(zip(plan.groups, supports, users, strict=True)):
+        if spec.oracle not in ORACLES:
+            raise DPMarginalsError(f"group {g} reports through {spec.oracle!r}, not a "
+                                   "frequency oracle")
+        oracle = group_oracle(plan, g).oracle  # a memoized plan's: the composed law
         shape = plan.domain.project(spec.attributes).shape
         est = np.asarray(oracle.estimate(support, int(n_g)), dtype=np.float64).reshape(shape)
         views.append(NoisyView(spec.attributes, est, int(n_g), float(oracle.variance(int(n_g)))))

@@ -36,10 +36,16 @@ from ..core.domain import Domain
 from ..core.errors import DPMarginalsError, check_epsilon
 from ..core.hashing import PRIME as HASH_PRIME
 from ..core.hashing import independent_collision
-from ..core.randomness import RandomSource, RNGLike, client_rng, simulation_rng
+from ..core.randomness import RNGLike, client_rng, simulation_rng
 from ..oracles import fwht
 from ..protocol.counts import Counts
-from ..protocol.formats import bits_for, sketch_coefficients, sketch_hash, support_sizes
+from ..protocol.formats import (
+    bits_for,
+    group_oracle,
+    sketch_coefficients,
+    sketch_hash,
+    support_sizes,
+)
 from ..protocol.plan import GroupSpec, Plan
 from .binary_encoding import BE, BinaryEncoding
 from .direct import (
@@ -55,10 +61,10 @@ from .direct import (
     human_bytes,
 )
 from .em import EM, InpEM
-from .fourier import FT, InpHT, MargHT, ht_output_distribution, ht_reports, rr_keep
+from .fourier import FT, InpHT, MargHT, rr_keep
 
 __all__ = ["BASELINES", "InpHTCMS", "InpOLH", "InpPS", "InpRR", "MargPS", "MargRR",
-           "cms_reports"]
+           "sketch_hashes"]
 
 
 
@@ -138,27 +144,12 @@ class MargPS(AM):
         return d + k
 
 
-def sketch_hashes(seed: int, g: int, w: int, cells: int) -> np.ndarray:
-    """h_j(x) = ((a x^2 + b x + c) mod P) mod w for x < cells, j < g: shape (g, cells).
-
-    Degree-2 polynomials with uniform coefficients mod P = 2^31 - 1 are 3-wise independent
-    (Cormode et al. B.2); the coefficients come from the public ``seed``
-    (:func:`~dpmarginals.protocol.formats.sketch_coefficients`, as the client draws them).
-    """
-    coef = sketch_coefficients(seed, g)[:, :, None]
+def sketch_hashes(coefficients: np.ndarray, w: int, cells: int) -> np.ndarray:
+    """h_j(x) = ((a x^2 + b x + c) mod P) mod w for x < cells, j < g: shape (g, cells), from
+    the (3, g) coefficients the plan lists (degree-2 polynomials with uniform coefficients
+    mod P = 2^31 - 1 are 3-wise independent, Cormode et al. B.2)."""
+    coef = np.asarray(coefficients, dtype=np.int64)[:, :, None]
     return sketch_hash(coef, np.arange(cells, dtype=np.int64)[None, :], w)
-
-
-def cms_reports(cells: np.ndarray, hashes: np.ndarray, w: int, p: float,
-                src: RandomSource) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each user's report (j, l, b) of Apple's Hadamard count-mean sketch (Cormode et al.
-    B.2): j uniform in [g], l uniform in [w], b = H_w[l, h_j(cell)] through eps-RR.
-
-    ``hashes`` (g, cells) is :func:`sketch_hashes`; b = (-1)^{popcount(l & h_j(cell))}."""
-    n = cells.size
-    j = np.asarray(src.integers(0, hashes.shape[0], size=n), dtype=np.int64)
-    col = np.asarray(src.integers(0, w, size=n), dtype=np.int64)
-    return j, col, ht_reports(hashes[j, cells], col, p, src)
 
 
 @dataclass
@@ -171,8 +162,8 @@ class InpHTCMS:
     M[j, c] = c_eps g sum_l S[j, l] H_w[l, c] (S: sums of reported signs, c_eps =
     (e^eps + 1)/(e^eps - 1)), estimates every cell by (1/g) sum_j M[j, h_j(x)], removes the
     expected collisions (exact collision probability of the family) and marginalises the
-    estimated full table.  Unbiased over the draw of the hash functions, which come from
-    the public ``hash_seed`` (drawn from the run's ``rng`` when None).  Defaults g = 5,
+    estimated full table.  Unbiased over the draw of the hash functions, whose coefficients
+    the plan lists (drawn from ``hash_seed``, or the run's ``rng`` when None).  Defaults g = 5,
     w = 256 as in B.2.  No analytic error is given by the papers; ``noise_sse`` in the plan
     is the sketch's noise term only (hash collisions add a data-dependent error).
 
@@ -213,7 +204,9 @@ class InpHTCMS:
         coll = independent_collision(self.w)
         per_cell = 1.0 / ((2 * p - 1) ** 2 * n * (1 - coll) ** 2)
         n_c = cells / 2**self.k
+        coefficients = sketch_coefficients(seed, self.g).tolist()
         params = {"k": self.k, "n": int(n), "g": self.g, "w": self.w, "hash_seed": int(seed),
+                  "hash_coefficients": coefficients,
                   "p": p, "collision_probability": coll,
                   "report_bits": bits_for(self.g) + bits_for(self.w) + 1, "table2_bits": None,
                   "var0": per_cell, "variance_factor": None, "expected_sse": None,
@@ -225,22 +218,19 @@ class InpHTCMS:
         """Plan (the hash seed drawn from ``rng`` unless fixed), simulated collection
         (:meth:`simulate`), release."""
         sim = simulation_rng(rng)
-        seed = self.hash_seed if self.hash_seed is not None else int(sim.integers(2**62))
+        seed = self.hash_seed if self.hash_seed is not None else int(sim.integers(2**53))
         plan = self.plan(data.domain, data.n, hash_seed=seed)
         # the seeded stream continues from the seed's draw; None keeps OS entropy
         return self.release(plan, self.simulate(data, plan, rng=None if rng is None else sim))
 
     def simulate(self, data: Dataset, plan: Plan, *, rng: RNGLike = None) -> Counts:
-        """The Counts of ``plan``'s collection with every row of ``data`` as one user
-        (:func:`cms_reports`; OS entropy when ``per_user=True`` and ``rng`` is None)."""
-        sim = simulation_rng(rng)
-        src = client_rng(None) if (self.per_user and rng is None) else sim
-        g, w = plan.params["g"], plan.params["w"]
-        hashes = sketch_hashes(plan.params["hash_seed"], g, w, plan.domain.cells())
-        j, col, signs = cms_reports(data.cell_indices(plan.domain.attributes), hashes, w,
-                                    rr_keep(plan.epsilon), src)
-        support = np.bincount(2 * (j * w + col) + (signs < 0), minlength=2 * g * w)
-        return Counts([support], [data.n])
+        """The Counts of ``plan``'s collection with every row of ``data`` as one user, each
+        report made by the ``cms`` format as a device makes it (OS entropy when
+        ``per_user=True`` and ``rng`` is None)."""
+        fmt = group_oracle(plan, 0)
+        src = client_rng(None) if (self.per_user and rng is None) else simulation_rng(rng)
+        cells = data.cell_indices(plan.domain.attributes)
+        return Counts([fmt.support(fmt.perturb(cells, rng=src))], [data.n])
 
     def release(self, plan: Plan, counts: Counts) -> FullTableSynopsis:
         """The sketch M[j, c] = c_eps g sum_l S[j, l] H_w[l, c] from the signed sums per
@@ -252,27 +242,25 @@ class InpHTCMS:
         n = int(counts.users[0])
         if n <= 0:
             raise DPMarginalsError(f"{self.name}: no reports yet")
-        g, w = plan.params["g"], plan.params["w"]
-        p, coll = rr_keep(plan.epsilon), independent_collision(w)
+        fmt = group_oracle(plan, 0)
+        g, w = fmt.g, fmt.w
+        p, coll = fmt.p, independent_collision(w)
         by_bit = counts.supports[0].reshape(g, w, 2)
         sums = by_bit[:, :, 0] - by_bit[:, :, 1]  # S[j, l]
         sketch = fwht(sums) * (g / (2 * p - 1))  # M[j, c]
-        hashes = sketch_hashes(plan.params["hash_seed"], g, w, plan.domain.cells())
+        hashes = sketch_hashes(fmt.coefficient_array, w, plan.domain.cells())
         est = sketch[np.arange(g)[:, None], hashes].mean(axis=0)  # per cell, counts
         table = (est / n - coll) / (1 - coll)
         info = {"plan_hash": plan.hash, **plan.params}
         return FullTableSynopsis(plan.domain, table, self.name, info, self.postprocess)
 
     def output_distribution(self, domain: Domain, hash_seed: int | None = None) -> np.ndarray:
-        """P[(j, l, b) | record] of :func:`cms_reports` for every record of ``domain`` (rows:
-        cells in C order; column (j w + l) 2 + (b == -1)), with the hashes of ``hash_seed``
+        """P[(j, l, b) | record] of the ``cms`` format for every record of ``domain`` (rows:
+        cells in C order; column (j w + l) 2 + b), with the hashes of ``hash_seed``
         (default: the method's, else 0, as :meth:`plan`)."""
-        plan = self.plan(domain, 1, hash_seed=hash_seed)
+        fmt = group_oracle(self.plan(domain, 1, hash_seed=hash_seed), 0)
         cells = every_record(domain).cell_indices(domain.attributes)
-        hashes = sketch_hashes(plan.params["hash_seed"], self.g, self.w, domain.cells())
-        cols = np.arange(self.w, dtype=np.int64)
-        blocks = [ht_output_distribution(h[cells], cols, plan.params["p"]) for h in hashes]
-        return np.concatenate(blocks, axis=1) / self.g
+        return np.stack([fmt.output_distribution(int(c)) for c in cells])
 
 
 BASELINES: dict[str, Callable[..., Any]] = {

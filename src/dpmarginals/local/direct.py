@@ -48,7 +48,7 @@ from ..core.table import MarginalTable
 from ..inference import norm_sub, project
 from ..inference.views import NoisyView
 from ..oracles import ORACLES, adaptive_oracle, best_oracle, make_oracle
-from ..protocol.formats import bits_for
+from ..protocol.formats import bits_for, group_oracle
 from ..protocol.plan import GroupSpec, Plan
 from ..synopsis.base import Synopsis, check_query, views_from_json, views_to_json
 from .collect import Counts, estimate_views, group_supports
@@ -101,8 +101,8 @@ def collection_output_distribution(plan: Plan, records: Dataset) -> np.ndarray:
     marginal through the group's oracle, so block g is ``oracle.output_distribution(cell)/m``.
     """
     blocks = []
-    for spec in plan.groups:
-        oracle = make_oracle(spec.oracle, spec.epsilon, spec.cells)
+    for g, spec in enumerate(plan.groups):
+        oracle = group_oracle(plan, g).oracle  # a memoized plan's: the composed law
         cells = records.cell_indices(spec.attributes)
         blocks.append(np.stack([oracle.output_distribution(int(c)) for c in cells]))
     return np.concatenate(blocks, axis=1) / plan.m

@@ -66,7 +66,7 @@ from ..core.errors import DPMarginalsError, check_choice, check_epsilon, check_k
 from ..core.randomness import RNGLike
 from ..core.table import MarginalTable
 from ..inference import norm_sub
-from ..oracles import FrequencyOracle, adaptive_oracle, make_oracle
+from ..oracles import FrequencyOracle, adaptive_oracle
 from ..protocol.counts import Counts
 from ..protocol.formats import (
     MAX_GROUP_SUPPORT,
@@ -377,10 +377,11 @@ class EM:
         return out
 
     def attribute_oracles(self, domain: Domain) -> list[FrequencyOracle | None]:
-        """Attribute j's oracle at eps/d (None for a single-valued attribute: no report)."""
-        eps = self.epsilon / len(domain)
-        return [None if name == "none" else make_oracle(name, eps, size)
-                for name, size in zip(self._oracles(domain), domain.sizes, strict=True)]
+        """Attribute j's oracle at exactly eps/d (None for a single-valued attribute: no
+        report), as the ``em`` format derives it."""
+        reports = AttributeReports(self.epsilon, domain.sizes, tuple(self._oracles(domain)),
+                                   min(self.k, len(domain)))
+        return list(reports.attribute_oracles)
 
     def randomize(self, data: Dataset, *, rng: RNGLike = None) -> np.ndarray:
         """Every user's report (CALM §3.6; Cormode et al. §4.4): attribute j through

@@ -52,11 +52,10 @@ import numpy as np
 from ..core.dataset import Dataset
 from ..core.domain import Domain
 from ..core.errors import DPMarginalsError, check_epsilon
-from ..core.randomness import RandomSource, RNGLike, client_rng, simulation_rng
+from ..core.randomness import RNGLike, client_rng, simulation_rng
 from ..core.table import MarginalTable
 from ..inference.views import NoisyView
 from ..oracles import fwht
-from ..oracles._base import parity
 from ..protocol import formats
 from ..protocol.counts import Counts
 from ..protocol.formats import bits_for, group_oracle, rr_keep
@@ -81,8 +80,6 @@ __all__ = [
     "InpHT",
     "MargHT",
     "coefficient_masks",
-    "ht_output_distribution",
-    "ht_reports",
     "query_masks",
     "rr_keep",
 ]
@@ -172,38 +169,6 @@ def _rr_estimates(by_bit: np.ndarray, p: float) -> tuple[np.ndarray, np.ndarray]
     with np.errstate(divide="ignore", invalid="ignore"):
         values = np.where(reported > 0, signed / (reported * (2 * p - 1)), 0.0)
     return values, reported
-
-
-def _local_codes(codes: np.ndarray, global_bits: Sequence[int]) -> np.ndarray:
-    """The bits at ``global_bits`` gathered into a b-bit integer (first = most significant)."""
-    b = len(global_bits)
-    out = np.zeros(codes.shape, dtype=np.int64)
-    for pos, gb in enumerate(global_bits):
-        out |= ((codes >> gb) & 1) << (b - 1 - pos)
-    return out
-
-
-def _rr_signs(bits: np.ndarray, p: float, src: RandomSource) -> np.ndarray:
-    """Randomized response on parity bits; returns the reported signs +-1 (float)."""
-    flip = np.asarray(src.random(bits.size)) >= p
-    return 1.0 - 2.0 * (bits ^ flip)
-
-
-def ht_reports(codes: np.ndarray, masks: np.ndarray, p: float, src: RandomSource) -> np.ndarray:
-    """Each user's report (Cormode et al. §4.2 Alg. 1; CALM §3.5): the sign of her assigned
-    coefficient, (-1)^{popcount(masks[u] & codes[u])}, kept w.p. p and flipped otherwise."""
-    return _rr_signs(parity(codes & masks), p, src)
-
-
-def ht_output_distribution(codes: np.ndarray, masks: np.ndarray, p: float) -> np.ndarray:
-    """The exact law of :func:`ht_reports` for a coefficient uniform over ``masks``.
-
-    Shape (len(codes), 2 len(masks)): P[(masks[i], b) | codes[x]] at column 2 i + (b == -1).
-    The coefficient comes from a random partition independent of the record (uniform
-    marginally), so only the sign depends on the record.
-    """
-    plus = np.where(parity(codes[:, None] & masks[None, :]) == 0, p, 1.0 - p)  # P[b = +1]
-    return np.stack([plus, 1.0 - plus], axis=2).reshape(codes.size, -1) / masks.size
 
 
 def _expected_sse_query(cells: int, b: int, per_coeff_users: float, p: float) -> float:
@@ -354,18 +319,14 @@ class InpHT:
         return self.release(plan, self.simulate(data, plan, rng=rng))
 
     def simulate(self, data: Dataset, plan: Plan, *, rng: RNGLike = None) -> Counts:
-        """The Counts of ``plan``'s collection with every row of ``data`` as one user: a
-        uniformly random partition of the users over the coefficients (module docstring),
-        each user's sign through eps-RR (:func:`ht_reports`; OS entropy when
-        ``per_user=True`` and ``rng`` is None)."""
-        masks = group_oracle(plan, 0).masks
-        sim = simulation_rng(rng)
-        src = client_rng(None) if (self.per_user and rng is None) else sim
-        which = assign_groups(data.n, masks.size, rng=sim)
-        codes = BinaryEncoding(plan.domain).encode_codes(data)
-        signs = ht_reports(codes, masks[which], rr_keep(plan.epsilon), src)
-        support = np.bincount(2 * which + (signs < 0), minlength=2 * masks.size)
-        return Counts([support], [data.n])
+        """The Counts of ``plan``'s collection with every row of ``data`` as one user, each
+        report made by the ``ht`` format's randomizer, as a device makes it (a coefficient
+        uniform over T, its sign through eps-RR; OS entropy when ``per_user=True`` and
+        ``rng`` is None)."""
+        fmt = group_oracle(plan, 0)
+        src = client_rng(None) if (self.per_user and rng is None) else simulation_rng(rng)
+        codes = fmt.encode(data.project(plan.domain.attributes).codes)
+        return Counts([fmt.support(fmt.perturb(codes, rng=src))], [data.n])
 
     def release(self, plan: Plan, counts: Counts) -> FourierSynopsis:
         """Every coefficient of T estimated from the reports per (coefficient, sign):
@@ -384,11 +345,11 @@ class InpHT:
 
     def output_distribution(self, domain: Domain) -> np.ndarray:
         """P[(alpha, b) | record] for every record of ``domain`` (rows: cells in C order;
-        columns: :func:`ht_output_distribution` over the coefficient set T of :meth:`run`)."""
-        enc = BinaryEncoding(domain)
-        masks = coefficient_masks(enc, self.k, self.support)
-        return ht_output_distribution(enc.encode_codes(every_record(domain)), masks,
-                                      rr_keep(self.epsilon))
+        columns: the ``ht`` format's outputs, 2 i + b over the coefficient set T)."""
+        count = coefficient_count(BinaryEncoding(domain), self.k, self.support)
+        fmt = group_oracle(self.plan(domain, count), 0)
+        codes = fmt.encode(every_record(domain).codes)
+        return np.stack([fmt.output_distribution(int(c)) for c in codes])
 
 
 @dataclass
@@ -468,29 +429,21 @@ class MargHT:
 
     def simulate(self, data: Dataset, plan: Plan, *, rng: RNGLike = None) -> Counts:
         """The Counts of ``plan``'s collection with every row of ``data`` as one user: users
-        split evenly over the marginals, then within each over its non-constant
-        coefficients (random partitions), each sign through eps-RR (:func:`ht_reports`)."""
-        p = rr_keep(plan.epsilon)
-        enc = BinaryEncoding(plan.domain)
-        codes = enc.encode_codes(data)
+        split evenly over the marginals (a random partition), each report made by the group's
+        ``ht`` format as a device makes it (a coefficient uniform over the marginal's
+        2^b - 1, its sign through eps-RR)."""
         sim = simulation_rng(rng)
         src = client_rng(None) if (self.per_user and rng is None) else sim
+        data = data.project(plan.domain.attributes)
         groups = assign_groups(data.n, plan.m, rng=sim)
         order = np.argsort(groups, kind="stable")
         bounds = np.searchsorted(groups[order], np.arange(plan.m + 1))
         supports = []
-        for g, (spec, oracle) in enumerate(zip(plan.groups, formats.plan_oracles(plan),
-                                               strict=True)):
+        for g, (spec, fmt) in enumerate(zip(plan.groups, formats.plan_oracles(plan),
+                                            strict=True)):
             members = order[bounds[g] : bounds[g + 1]]
-            gbits = enc.global_bits(spec.attributes)
-            b = len(gbits)
-            alpha = assign_groups(members.size, (1 << b) - 1, rng=sim) + 1
-            signs = ht_reports(_local_codes(codes[members], gbits), alpha, p, src)
-            # alpha numbers the coefficients in the C order of the marginal's binary grid;
-            # the group's support is indexed by T, the sorted masks over the group's code
-            sizes = tuple(plan.domain.size(a) for a in spec.attributes)
-            index = np.searchsorted(oracle.masks, _grid_masks(sizes)[alpha])
-            supports.append(np.bincount(2 * index + (signs < 0), minlength=2 * ((1 << b) - 1)))
+            values = data.codes[members][:, list(plan.domain.indices(spec.attributes))]
+            supports.append(fmt.support(fmt.perturb(fmt.encode(values), rng=src)))
         return Counts(supports, np.diff(bounds))
 
     def release(self, plan: Plan, counts: Counts) -> Synopsis:
@@ -523,19 +476,12 @@ class MargHT:
     def output_distribution(self, domain: Domain) -> np.ndarray:
         """P[(marginal beta, alpha, b) | record] for every record of ``domain`` (rows: cells
         in C order), Cormode et al. §4.3: beta uniform over the plan's C(d, k) marginals (a
-        random partition, independent of the record), alpha uniform over beta's 2^b - 1
-        non-constant coefficients, b as :func:`ht_reports` on her local code of beta's bits.
-        Columns: beta by beta in plan order, each block as :func:`ht_output_distribution`."""
-        enc = BinaryEncoding(domain)
-        codes = enc.encode_codes(every_record(domain))
+        random partition, independent of the record), then the group's ``ht`` format.
+        Columns: beta by beta in plan order, each block the format's outputs."""
         plan = self.plan(domain, 2**40)  # the groups do not depend on n
-        p = plan.params["p"]
+        records = every_record(domain).codes
         blocks = []
-        for spec in plan.groups:
-            gbits = enc.global_bits(spec.attributes)
-            if not gbits:  # single-valued attributes only: she sends no sign
-                blocks.append(np.ones((codes.size, 1)))
-                continue
-            alphas = np.arange(1, 1 << len(gbits), dtype=np.int64)
-            blocks.append(ht_output_distribution(_local_codes(codes, gbits), alphas, p))
+        for spec, fmt in zip(plan.groups, formats.plan_oracles(plan), strict=True):
+            codes = fmt.encode(records[:, list(domain.indices(spec.attributes))])
+            blocks.append(np.stack([fmt.output_distribution(int(c)) for c in codes]))
         return np.concatenate(blocks, axis=1) / plan.m

@@ -5,9 +5,10 @@ workload-adaptive mechanism for linear queries under local differential privacy"
 **Plan.**  A strategy Q (m x n over the n cells of the full domain, column-stochastic,
 eps-LDP) optimized for W = every k-way marginal (:mod:`dpmarginals.planning.factorization`;
 cached per domain sizes, k, eps and optimizer settings).  The public plan has one group of
-every attribute reporting through the ``matrix`` format and carries Q itself
-(``params["strategy"]``, exact float64), so a device samples from the published matrix and
-checks it first (columns are distributions, every row's max/min <= e^eps).  The full
+every attribute reporting through the ``matrix`` format and carries Q as integer weights
+(``params["strategy"]``: every column sums to 2^63, every row's max/min <= e^eps in
+integers, :func:`~dpmarginals.protocol.formats.integer_strategy`), so a device samples
+exactly the published law and checks it first.  The full
 domain must be small: ``max_cells`` (default 2^12) cells at most, since Q has 4n rows and
 each optimization step costs O(m n^2).
 
@@ -57,7 +58,13 @@ from ..core.table import MarginalTable
 from ..inference import norm_sub
 from ..planning.factorization import Strategy, optimize_strategy
 from ..protocol.counts import Counts
-from ..protocol.formats import StrategyMatrix, bits_for, encode_matrix, group_oracle
+from ..protocol.formats import (
+    StrategyMatrix,
+    bits_for,
+    encode_matrix,
+    group_oracle,
+    integer_strategy,
+)
 from ..protocol.plan import GroupSpec, Plan
 from ..synopsis.base import Synopsis, check_query
 from .direct import POSTPROCESS, apply_postprocess
@@ -251,7 +258,7 @@ class WFM:
                   "report_bits": bits_for(strategy.rows), "iterations": strategy.iterations,
                   "seed": strategy.seed, "objective": strategy.objective,
                   "expected_sse": strategy.average_error / (queries * max(int(n), 1)),
-                  "strategy": encode_matrix(strategy.matrix)}
+                  "strategy": encode_matrix(integer_strategy(strategy.matrix, self.epsilon))}
         group = GroupSpec(tuple(domain.attributes), "matrix", self.epsilon, domain.cells())
         return Plan(self.name, self.epsilon, domain, (group,), params)
 
@@ -272,7 +279,7 @@ class WFM:
             support = fmt.support(fmt.perturb(cells, rng=source))
         else:
             true = np.bincount(cells, minlength=plan.domain.cells())
-            support = sample_outputs(fmt.matrix, true, rng=sim)
+            support = sample_outputs(fmt.probabilities, true, rng=sim)
         return Counts([support], [data.n])
 
     def _format(self, plan: Plan) -> StrategyMatrix:
@@ -289,9 +296,9 @@ class WFM:
         users = int(counts.users[0])
         if users <= 0:
             raise DPMarginalsError(f"{plan.method}: no reports yet")
-        recon = reconstruction(fmt.matrix)
+        recon = reconstruction(fmt.probabilities)
         estimate = recon @ counts.supports[0].astype(np.float64) / users
-        cov = covariance(fmt.matrix, recon, norm_sub(estimate), users)
+        cov = covariance(fmt.probabilities, recon, norm_sub(estimate), users)
         info = {"plan_hash": plan.hash, "n": users,
                 **{k: v for k, v in plan.params.items() if k != "strategy"}}
         return WFMSynopsis(plan.domain, estimate, cov, self.name, info, self.postprocess)
@@ -299,4 +306,4 @@ class WFM:
     def output_distribution(self, domain: Domain) -> np.ndarray:
         """P[o | record] for every record of ``domain`` (rows: cells in C order): the
         published strategy's columns, as a device samples them."""
-        return np.array(self._format(self.plan(domain, 1)).matrix.T)
+        return np.array(self._format(self.plan(domain, 1)).probabilities.T)

@@ -11,35 +11,40 @@ name       mechanism                                   report (per user)       b
 ``hr``     Hadamard RR (CKS §4 "HT")                   int64 (j, bit), (n,2)   1 + log2 K
 =========  ==========================================  ======================  ==================
 
-Every oracle is a frozen dataclass ``(epsilon, size)`` with ``p``, ``q``, ``name``,
-``report_bits``, ``perturb`` (client; ``rng=None`` draws from the OS CSPRNG),
-``support`` / ``estimate`` (aggregator), ``variance``, ``output_distribution`` (exact,
-for privacy checks) and ``sample_support`` (exact aggregate sampler for simulation).
+Every oracle is a frozen dataclass ``(epsilon, size)``: the *law* of the device's
+randomizer and the aggregator's side, with ``p_exact``/``q_exact`` (the exact rationals
+the randomizer realizes) and their floats ``p``, ``q``, ``privacy_ratio`` (exact, at most
+e^eps), ``name``, ``report_bits``, ``support`` / ``estimate`` (aggregator), ``variance``,
+``output_distribution`` (for privacy checks) and ``sample_support`` (exact aggregate
+sampler for simulation).  The randomizers themselves, one per report format, live in
+:mod:`dpmarginals.protocol.randomizers`.
 
-**Large budgets.**  Every probability is computed from e^-eps (:func:`grr_probabilities`),
-never from e^eps, so the oracles work for any finite eps: at eps = 1000 or 1e308, p = 1
-(or 1/2 for OUE's own bit) and q = 0 instead of an ``OverflowError``; OLH's hash range
-stops growing at its prime.  The command line additionally refuses eps above
+**Exact budgets.**  Every probability is a 32-bit threshold over 2^32 (or a product of
+two, for a memoized plan) derived in integer arithmetic from a rational lower bound of
+e^eps (:mod:`dpmarginals.core.exact`), so every ratio is at most e^eps exactly and every
+client derives the same thresholds.  Beyond eps ~ 22 the thresholds saturate (p -> 1,
+q -> 2^-32-ish); the command line refuses eps above
 :data:`dpmarginals.cli.argtypes.MAX_EPSILON` (no privacy is left long before that).
 
 >>> oracle = adaptive_oracle(1.0, 4)
 >>> oracle.name
 'grr'
->>> support = oracle.support(oracle.perturb([0, 1, 1, 3], rng=0))
->>> oracle.estimate(support, 4).shape
+>>> oracle.estimate(oracle.support([0, 1, 1, 3]), 4).shape
 (4,)
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from fractions import Fraction
 
 from ..core.errors import DPMarginalsError, check_epsilon
-from ._base import FrequencyOracle, check_size, grr_beats_oue, grr_probabilities
+from ..core.exact import WORD, rational
+from ._base import FrequencyOracle, check_size, grr_beats_oue, grr_keep, grr_probabilities
 from .grr import GRR
 from .hr import HR, fwht
 from .olh import OLH
-from .unary import OUE, SUE, bernoulli_words
+from .unary import OUE, SUE, unary_law
 
 __all__ = [
     "GRR",
@@ -50,12 +55,12 @@ __all__ = [
     "SUE",
     "FrequencyOracle",
     "adaptive_oracle",
-    "bernoulli_words",
     "best_oracle",
     "fwht",
     "grr_beats_oue",
     "grr_probabilities",
     "make_oracle",
+    "oracle_at",
 ]
 
 ORACLES: dict[str, type[FrequencyOracle]] = {
@@ -77,6 +82,25 @@ def make_oracle(name: str, epsilon: float, size: int) -> FrequencyOracle:
     if key not in ORACLES:
         raise DPMarginalsError(f"oracle must be one of {sorted(ORACLES)}, got {name!r}")
     return ORACLES[key](epsilon, size)
+
+
+def oracle_at(name: str, budget: Fraction | float, size: int) -> FrequencyOracle:
+    """The oracle ``name`` whose thresholds come from the exact rational ``budget`` (e.g.
+    an attribute's share eps / d, which no float holds exactly: its law is then eps / d
+    exactly, and d of them compose to at most e^eps).
+
+    >>> oracle_at("grr", Fraction(1, 3), 4).privacy_ratio() <= 1.3956124250860895
+    True
+    """
+    exact = rational(budget)
+    key = str(name).strip().lower()
+    if key == "grr":
+        return GRR(float(exact), size, beta=Fraction(grr_keep(exact, size), WORD))
+    if key in ("oue", "sue"):
+        return ORACLES[key](float(exact), size, law=unary_law(exact, key == "sue"))
+    if Fraction(float(exact)) != exact:
+        raise DPMarginalsError(f"oracle {name!r} takes a float budget, got {exact}")
+    return make_oracle(key, float(exact), size)
 
 
 def adaptive_oracle(epsilon: float, size: int) -> FrequencyOracle:

@@ -20,9 +20,10 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ..core.errors import DPMarginalsError, check_epsilon
-from ..core.randomness import RandomSource, RNGLike, random_words
+from ..core.exact import WORD, exp_lower_bound, largest_integer, rational
+from ..core.randomness import RNGLike
 
-__all__ = ["FrequencyOracle"]
+__all__ = ["FrequencyOracle", "binary_keep", "check_law", "grr_keep"]
 
 
 def check_size(size: object) -> int:
@@ -137,96 +138,35 @@ def parity(x: np.ndarray) -> np.ndarray:
     return x & 1
 
 
-def below(threshold: Fraction, count: int, src: RandomSource) -> np.ndarray:
-    """``count`` exact draws of ``[U < threshold]``, U uniform on [0, 1) (a bool array).
+@lru_cache(maxsize=4096)
+def grr_keep(epsilon: float, size: int) -> int:
+    """T: GRR on ``size`` values keeps the value when a random word is below T, else reports
+    a uniform value of all ``size`` (the value itself included).  The largest T in
+    [0, 2^32] whose law is eps-LDP exactly: p / q = 1 + beta L / (1 - beta) <= e^eps with
+    beta = T / 2^32, checked against :func:`~dpmarginals.core.exact.exp_lower_bound`.
 
-    U's binary digits are drawn 32 at a time and compared with the threshold's (any
-    rational): a draw is decided at its first word that differs from the threshold's,
-    so the result is exactly Bernoulli(threshold); a word ties with probability 2^-32.
-
-    >>> bool(below(Fraction(1, 3), 100_000, np.random.default_rng(0)).mean().round(2) == 0.33)
-    True
+    >>> round(grr_keep(1.0, 4) / 2**32, 5)   # (e - 1) / (e - 1 + 4)
+    0.30049
     """
-    rest = Fraction(threshold)
-    if rest <= 0 or rest >= 1:
-        return np.full(count, rest >= 1)
-    out = np.zeros(count, dtype=bool)
-    todo: np.ndarray | None = None  # the draws still tied with the threshold (None: all)
-    while rest:
-        rest *= 1 << 32
-        digit = int(rest)  # the threshold's next 32 binary digits
-        rest -= digit
-        words = random_words(src, count if todo is None else todo.size, 32)
-        if todo is None:
-            out = words < digit
-            tied = np.flatnonzero(words == digit)
-        else:
-            out[todo[words < digit]] = True
-            tied = todo[words == digit]
-        if not tied.size:
-            break
-        todo = tied
-    return out  # a tie on every digit of a finite expansion: U >= threshold
+    bound = exp_lower_bound(rational(epsilon))
+    return largest_integer(0, WORD, lambda t: t < WORD and (t * (size - 1) + WORD)
+                           <= bound * (WORD - t))
 
 
-@lru_cache(maxsize=256)
-def _grr_coin(p: float, size: int, half: int) -> tuple[int, Fraction]:
-    """``floor(beta 2^half)`` and the remainder, ``beta = (L p - 1) / (L - 1)``."""
-    scaled = (size * Fraction(p) - 1) / (size - 1) * (1 << half)
-    whole = int(scaled)
-    return whole, scaled - whole
+@lru_cache(maxsize=4096)
+def binary_keep(epsilon: float) -> int:
+    """P: binary randomized response keeps the bit when a random word is below P; the
+    largest P in [2^31, 2^32) with P / (2^32 - P) <= e^eps (exactly)."""
+    bound = exp_lower_bound(rational(epsilon))
+    return largest_integer(WORD // 2, WORD - 1, lambda t: t <= bound * (WORD - t))
 
 
-_BLOCK = 1 << 17  # users randomized per step: the temporaries stay small
-
-
-def grr_perturb(src: RandomSource, values: np.ndarray, p: float, size: int) -> np.ndarray:
-    """GRR on [size]: each value kept w.p. ``p``, else a uniform *other* value (CALM §2.2.1).
-
-    One random word per report: a report is its value w.p. ``beta = (L p - 1) / (L - 1)``
-    and otherwise uniform over all L values (``beta + (1 - beta) / L = p`` and
-    ``(1 - beta) / L = (1 - p) / (L - 1) = q``, exactly).  The word's high half is the coin
-    (``U < beta``), its low half the uniform value by Lemire's multiply-shift; the rare
-    coin that ties with beta's digits draws more digits (:func:`below`) and the rare
-    value in the multiply-shift's biased remainder is redrawn, so the law is exactly
-    GRR's for the float ``p``.  A half has 16 bits for L <= 2^16 (a block of users draws
-    its coins, then its low halves), else 32.
-    """
-    if size > 1 << 32:  # not a marginal anyone releases; exact, with two draws
-        beta = (size * Fraction(p) - 1) / (size - 1)
-        return np.where(below(beta, values.size, src), values,
-                        np.asarray(src.integers(0, size, size=values.size), dtype=np.int64))
-    out = np.empty(values.size, dtype=np.int64)
-    for start in range(0, values.size, _BLOCK):
-        out[start : start + _BLOCK] = _grr_block(src, values[start : start + _BLOCK], p, size)
-    return out
-
-
-def _grr_block(src: RandomSource, values: np.ndarray, p: float, size: int) -> np.ndarray:
-    n = values.size
-    half = 16 if size <= 1 << 16 else 32
-    if half == 16:  # 32 random bits per report, as two 16-bit words
-        word = random_words(src, 2 * n, 16)
-        coin, low = word[:n], word[n:]
-    else:
-        coin, low = random_words(src, n, 32), random_words(src, n, 32)
-    if size & (size - 1) == 0:  # a power of two: the top bits of the low half
-        index = low >> (half - size.bit_length() + 1)
-    else:
-        scaled = low.astype(np.uint32 if half == 16 else np.uint64) * size
-        index = scaled >> half
-        biased = np.flatnonzero((scaled & ((1 << half) - 1)) < (1 << half) % size)
-        if biased.size:
-            index[biased] = np.asarray(src.integers(0, size, size=biased.size))
-    whole, fraction = _grr_coin(p, size, half)
-    keep = coin < whole
-    if fraction:
-        tie = np.flatnonzero(coin == whole)
-        if tie.size:
-            keep[tie] = below(fraction, tie.size, src)
-    # index + (value - index) * keep, in the index's unsigned type (np.where would branch)
-    index += (values.astype(index.dtype) - index) * keep
-    return index
+def check_law(p: Fraction, q: Fraction, epsilon: float, name: str) -> None:
+    """Raise unless 0 <= q < p <= 1: a law whose supports carry no signal (an epsilon so
+    small that every 32-bit threshold rounds it away) cannot be unbiased."""
+    if not 0 <= q < p <= 1:
+        raise DPMarginalsError(f"{name}: epsilon = {epsilon!r} is too small for 32-bit "
+                               f"randomizers (p = {float(p)!r}, q = {float(q)!r})")
 
 
 @dataclass(frozen=True)
@@ -234,7 +174,10 @@ class FrequencyOracle(ABC):
     """A pure LDP frequency oracle over values 0..size-1 (Wang et al. 2017, Def. 2).
 
     ``support(reports)[v]`` counts the reports that support value v; each user's own
-    value is supported w.p. ``p``, every other value w.p. ``q``.
+    value is supported w.p. ``p``, every other value w.p. ``q``.  The oracle is the
+    *law* (exact rationals ``p_exact``, ``q_exact``, from which the floats ``p`` and ``q``
+    come) and the aggregator's side; the device's randomizer that realizes the law lives
+    in :mod:`dpmarginals.protocol.randomizers`.
     """
 
     epsilon: float
@@ -247,13 +190,23 @@ class FrequencyOracle(ABC):
 
     @property
     @abstractmethod
-    def p(self) -> float:
-        """P[a report supports the user's own value]."""
+    def p_exact(self) -> Fraction:
+        """P[a report supports the user's own value], exactly."""
 
     @property
     @abstractmethod
+    def q_exact(self) -> Fraction:
+        """P[a report supports a given other value], exactly."""
+
+    @property
+    def p(self) -> float:
+        """:attr:`p_exact` as a float."""
+        return float(self.p_exact)
+
+    @property
     def q(self) -> float:
-        """P[a report supports a given other value]."""
+        """:attr:`q_exact` as a float."""
+        return float(self.q_exact)
 
     @property
     @abstractmethod
@@ -261,8 +214,9 @@ class FrequencyOracle(ABC):
         """Per-user communication in bits."""
 
     @abstractmethod
-    def perturb(self, values: ArrayLike, *, rng: RNGLike = None) -> np.ndarray:
-        """Randomize every user's value (client side)."""
+    def privacy_ratio(self) -> Fraction:
+        """max over outputs y and values x, x' of P[y | x] / P[y | x'], exactly (at most
+        e^epsilon: the threshold derivations guarantee it, the tests enumerate it)."""
 
     @abstractmethod
     def support(self, reports: ArrayLike) -> np.ndarray:
@@ -270,7 +224,7 @@ class FrequencyOracle(ABC):
 
     @abstractmethod
     def output_distribution(self, value: int) -> np.ndarray:
-        """Exact probability of every output for input ``value``."""
+        """Exact probability of every output for input ``value`` (as floats)."""
 
     @abstractmethod
     def sample_support(self, true_counts: ArrayLike, *, rng: RNGLike = None) -> np.ndarray:

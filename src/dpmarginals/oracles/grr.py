@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import ClassVar
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from ..core.errors import DPMarginalsError
-from ..core.randomness import RNGLike, client_rng, simulation_rng
-from ._base import (
-    FrequencyOracle,
-    as_counts,
-    as_value,
-    as_values,
-    check_range,
-    grr_perturb,
-    grr_probabilities,
-)
+from ..core.exact import WORD
+from ..core.randomness import RNGLike, simulation_rng
+from ._base import FrequencyOracle, as_counts, as_value, check_law, check_range, grr_keep
 
 __all__ = ["GRR"]
 
@@ -27,41 +21,56 @@ __all__ = ["GRR"]
 class GRR(FrequencyOracle):
     """Generalized randomized response, a.k.a. direct encoding, k-RR, preferential sampling.
 
-    Each user reports her value w.p. p = e^eps / (e^eps + L - 1), else a uniformly
-    chosen other value (each w.p. q = 1 / (e^eps + L - 1)).  CALM §2.2.1; Cormode et
-    al. §3.1, Fact 3.1 (PS with p_s = p).
+    A user keeps her value w.p. ``beta`` and otherwise reports a uniform value of all L
+    (her own included): p = beta + (1 - beta) / L for her value, q = (1 - beta) / L for
+    each other, which is GRR's law (CALM §2.2.1; Cormode et al. §3.1, Fact 3.1) with
+    p / q = 1 + beta L / (1 - beta).  ``beta`` is the exact rational the device's
+    sampler realizes: ``keep / 2^32`` with the largest 32-bit threshold whose p / q is at
+    most e^eps (:func:`~._base.grr_keep`), or, for a memoized plan, the product of the
+    permanent and the instantaneous randomizations' (``beta=`` given).
 
     **Report format**: an int64 array of shape (n,), the reported value of each user.
 
     >>> oracle = GRR(epsilon=1.0, size=4)
-    >>> reports = oracle.perturb([0, 1, 2, 3, 3], rng=7)
-    >>> reports.shape, int(oracle.support(reports).sum())
-    ((5,), 5)
+    >>> round(oracle.p, 6), round(oracle.q, 6)   # e / (e + 3), 1 / (e + 3)
+    (0.475367, 0.174878)
     >>> round(oracle.variance(1000), 6)  # CALM eq. 1: (L - 2 + e^eps) / ((e^eps - 1)^2 n)
     0.001598
     """
 
+    beta: Fraction | None = field(default=None, repr=False)
     name: ClassVar[str] = "grr"
 
-    @property
-    def p(self) -> float:
-        """e^eps / (e^eps + L - 1) (CALM §2.2.1)."""
-        return grr_probabilities(self.epsilon, self.size)[0]
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.beta is None:
+            object.__setattr__(self, "beta", Fraction(grr_keep(self.epsilon, self.size), WORD))
+        check_law(self.p_exact, self.q_exact, self.epsilon, self.name)
 
     @property
-    def q(self) -> float:
-        """1 / (e^eps + L - 1) (CALM §2.2.1)."""
-        return grr_probabilities(self.epsilon, self.size)[1]
+    def keep(self) -> Fraction:
+        """beta, the probability of reporting the true value outright."""
+        assert self.beta is not None
+        return self.beta
+
+    @property
+    def p_exact(self) -> Fraction:
+        """beta + (1 - beta) / L."""
+        return self.keep + (1 - self.keep) / self.size
+
+    @property
+    def q_exact(self) -> Fraction:
+        """(1 - beta) / L."""
+        return (1 - self.keep) / self.size
+
+    def privacy_ratio(self) -> Fraction:
+        """p / q."""
+        return self.p_exact / self.q_exact
 
     @property
     def report_bits(self) -> int:
         """ceil(log2 L): one value."""
         return (self.size - 1).bit_length()
-
-    def perturb(self, values: ArrayLike, *, rng: RNGLike = None) -> np.ndarray:
-        """Each user's randomized value, shape (n,) int64 (OS entropy when rng is None)."""
-        x = as_values(values, self.size)
-        return grr_perturb(client_rng(rng), x, self.p, self.size)
 
     def support(self, reports: ArrayLike) -> np.ndarray:
         """C(v) = number of reports equal to v (one bincount)."""
@@ -82,14 +91,11 @@ class GRR(FrequencyOracle):
         return out
 
     def sample_support(self, true_counts: ArrayLike, *, rng: RNGLike = None) -> np.ndarray:
-        """Exact draw of the support vector.
-
-        A GRR report is, w.p. p - q, the true value and otherwise uniform over all L
-        values (p - q + q = p; (1 - p + q) / L = q).  So C = Binomial(n_x, p - q) per x
-        plus a uniform multinomial of the remaining reports: exact, jointly.
-        """
+        """Exact draw of the support vector: C = Binomial(n_x, beta) per x plus a uniform
+        multinomial of the remaining reports (exact jointly: each report is its value w.p.
+        beta, else uniform over all L values)."""
         counts = as_counts(true_counts, self.size)
         gen = simulation_rng(rng)
-        kept = gen.binomial(counts, self.p - self.q)
+        kept = gen.binomial(counts, float(self.keep))
         rest = int(counts.sum() - kept.sum())
         return kept + gen.multinomial(rest, np.full(self.size, 1.0 / self.size))

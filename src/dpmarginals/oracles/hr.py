@@ -4,7 +4,8 @@ K is the smallest power of two >= L + 1 and value x is row x + 1 of the Sylveste
 Hadamard matrix H_K, H[i, j] = (-1)^popcount(i & j) (row 0, all ones, is unused).
 A user samples a coefficient index j uniformly in [K], computes the sign
 s = H[x + 1, j] and releases it through binary randomized response with
-p = e^eps / (1 + e^eps) (Cormode et al. Alg. 1 with T = all K coefficients).
+p = P / 2^32, the largest 32-bit threshold with p / (1 - p) <= e^eps (Cormode et al.
+Alg. 1 with T = all K coefficients).
 
 **Report format**: int64 array of shape (n, 2): column 0 the index j in 0..K-1,
 column 1 the bit b in {0, 1}, with reported sign (-1)^b; without noise b is the
@@ -21,20 +22,21 @@ C(x) = (n + (H S)[x + 1]) / 2.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import ClassVar
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ..core.randomness import RNGLike, client_rng, simulation_rng
+from ..core.exact import WORD
+from ..core.randomness import RNGLike, simulation_rng
 from ._base import (
     FrequencyOracle,
     as_counts,
     as_report_columns,
     as_value,
-    as_values,
+    binary_keep,
     check_range,
-    grr_probabilities,
     parity,
 )
 
@@ -69,11 +71,8 @@ class HR(FrequencyOracle):
     (e^eps + 1)^2 / ((e^eps - 1)^2 n) (pure-protocol variance with q = 1/2).
 
     >>> oracle = HR(epsilon=1.0, size=6)
-    >>> oracle.K, oracle.report_bits
-    (8, 4)
-    >>> reports = oracle.perturb([0, 5, 5], rng=3)
-    >>> reports.shape, int(oracle.support(reports).sum() >= 0)
-    ((3, 2), 1)
+    >>> oracle.K, oracle.report_bits, round(oracle.p, 6)
+    (8, 4, 0.731059)
     """
 
     name: ClassVar[str] = "hr"
@@ -84,27 +83,23 @@ class HR(FrequencyOracle):
         return 1 << self.size.bit_length()
 
     @property
-    def p(self) -> float:
-        """e^eps / (1 + e^eps): the sign is kept (binary RR)."""
-        return grr_probabilities(self.epsilon, 2)[0]
+    def p_exact(self) -> Fraction:
+        """P / 2^32 (:func:`~._base.binary_keep`): the sign is kept (binary RR)."""
+        return Fraction(binary_keep(self.epsilon), WORD)
 
     @property
-    def q(self) -> float:
+    def q_exact(self) -> Fraction:
         """1/2: another value's row agrees with the report's sign on half the indices."""
-        return 0.5
+        return Fraction(1, 2)
+
+    def privacy_ratio(self) -> Fraction:
+        """p / (1 - p): the one output bit's odds."""
+        return self.p_exact / (1 - self.p_exact)
 
     @property
     def report_bits(self) -> int:
         """1 + log2 K: the index and the bit."""
         return self.K.bit_length()
-
-    def perturb(self, values: ArrayLike, *, rng: RNGLike = None) -> np.ndarray:
-        """(j, b) per user, int64 (n, 2) (OS entropy when rng is None)."""
-        x = as_values(values, self.size)
-        src = client_rng(rng)
-        j = np.asarray(src.integers(0, self.K, size=x.size), dtype=np.int64)
-        flip = (src.random(x.size) >= self.p).astype(np.int64)
-        return np.column_stack((j, parity((x + 1) & j) ^ flip))
 
     def support(self, reports: ArrayLike) -> np.ndarray:
         """C(x) = (n + (H S)[x + 1]) / 2 with S_j the signed sum of reports at index j."""
@@ -142,9 +137,13 @@ class HR(FrequencyOracle):
         """
         counts = as_counts(true_counts, self.size)
         gen = simulation_rng(rng)
-        if self.size * self.K > _MAX_MULTINOMIAL_CELLS:
+        if self.size * self.K > _MAX_MULTINOMIAL_CELLS:  # the same law user by user
             values = np.repeat(np.arange(self.size), counts)
-            return self.support(self.perturb(values, rng=gen))
+            j = gen.integers(0, self.K, size=values.size)
+            flip = gen.random(values.size) >= self.p
+            bits = parity((values + 1) & j) ^ flip
+            return self._support_from_bits(np.bincount(2 * j + bits, minlength=2 * self.K)
+                                           .reshape(self.K, 2))
         per_index = gen.multinomial(counts, np.full(self.K, 1.0 / self.K))  # (L, K)
         rows = np.arange(1, self.size + 1)[:, None] & np.arange(self.K)[None, :]
         true_bit = parity(rows)

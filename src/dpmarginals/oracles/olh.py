@@ -18,25 +18,26 @@ column 1 the reported hash value y in 0..g-1.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+from fractions import Fraction
+from functools import lru_cache
 from typing import ClassVar
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from ..core.errors import DPMarginalsError
-from ..core.hashing import PRIME, distinct_collision
-from ..core.randomness import RNGLike, client_rng, simulation_rng
+from ..core.exact import WORD, exp_lower_bound, rational
+from ..core.hashing import PRIME, distinct_collision_exact
+from ..core.randomness import RNGLike, simulation_rng
 from ._base import (
     FrequencyOracle,
     as_counts,
     as_report_columns,
     as_value,
-    as_values,
+    check_law,
     check_range,
-    grr_perturb,
-    grr_probabilities,
+    grr_keep,
 )
 
 __all__ = ["OLH"]
@@ -65,6 +66,16 @@ def _checked_split(seeds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
+@lru_cache(maxsize=4096)
+def hash_range(epsilon: float) -> int:
+    """g = round(e^eps) + 1 (Wang et al. 2017, §4.4), at most P: e^eps rounded half up from
+    its exact lower bound (:func:`~dpmarginals.core.exact.exp_lower_bound`), so every
+    client computes the same g.  The hashed values lie in [0, P), so a larger range adds
+    nothing."""
+    bound = exp_lower_bound(rational(epsilon))
+    return min(int(bound + Fraction(1, 2)) + 1, PRIME)
+
+
 @dataclass(frozen=True)
 class OLH(FrequencyOracle):
     """Optimized local hashing (Wang et al. 2017, §4.4); hash family in the module docstring.
@@ -74,12 +85,12 @@ class OLH(FrequencyOracle):
     q(1-q) / ((p-q)^2 n), which is 4 e^eps / ((e^eps - 1)^2 n) (CALM's OUE eq. 2) when
     g = e^eps + 1 and slightly more for the integer g.
 
+    The hashed value goes through GRR on [g] in keep-or-uniform form (:class:`~.grr.GRR`):
+    kept w.p. ``beta`` = the largest 32-bit threshold whose p_g / q_g <= e^eps.
+
     >>> oracle = OLH(epsilon=1.0, size=20)
-    >>> oracle.g
-    4
-    >>> reports = oracle.perturb([3, 19, 0], rng=2)
-    >>> reports.shape, bool((reports[:, 1] < oracle.g).all())
-    ((3, 2), True)
+    >>> oracle.g, round(oracle.p, 6)
+    (4, 0.475367)
     """
 
     name: ClassVar[str] = "olh"
@@ -88,27 +99,39 @@ class OLH(FrequencyOracle):
         super().__post_init__()
         if self.size >= PRIME:
             raise DPMarginalsError(f"size must be < {PRIME} for OLH, got {self.size}")
+        check_law(self.p_exact, self.q_exact, self.epsilon, self.name)
 
     @property
     def g(self) -> int:
-        """Hash range round(e^eps) + 1 (Wang et al. 2017, §4.4), at most P.
-
-        The hashed values lie in [0, P), so a larger range (eps > ln P ~ 21.5) adds nothing.
-        """
-        if self.epsilon >= math.log(PRIME):
-            return PRIME
-        return min(round(math.exp(self.epsilon)) + 1, PRIME)
+        """The hash range (:func:`hash_range`)."""
+        return hash_range(self.epsilon)
 
     @property
-    def p(self) -> float:
-        """e^eps / (e^eps + g - 1): the report keeps H(v)."""
-        return grr_probabilities(self.epsilon, self.g)[0]
+    def keep(self) -> Fraction:
+        """beta: the hashed value is reported outright w.p. beta, else uniform over [g]."""
+        return Fraction(grr_keep(self.epsilon, self.g), WORD)
 
     @property
-    def q(self) -> float:
-        """P[report supports another value] = q_g + c (p - q_g), c ~ 1/g (exact for the family)."""
-        p, q_g = grr_probabilities(self.epsilon, self.g)
-        return q_g + distinct_collision(self.g) * (p - q_g)
+    def p_g(self) -> Fraction:
+        """P[y = H(v)] = beta + (1 - beta) / g."""
+        return self.keep + (1 - self.keep) / self.g
+
+    @property
+    def p_exact(self) -> Fraction:
+        """P[the report supports the own value] = p_g."""
+        return self.p_g
+
+    @property
+    def q_exact(self) -> Fraction:
+        """P[report supports another value] = q_g + c (p_g - q_g), with q_g = (1 - beta) / g
+        and c the family's exact collision probability."""
+        q_g = (1 - self.keep) / self.g
+        return q_g + distinct_collision_exact(self.g) * (self.p_g - q_g)
+
+    def privacy_ratio(self) -> Fraction:
+        """p_g / q_g: given the seed (whose law does not depend on the value), the report
+        is GRR on [g] of the hashed value."""
+        return self.p_g / ((1 - self.keep) / self.g)
 
     @property
     def report_bits(self) -> int:
@@ -120,15 +143,6 @@ class OLH(FrequencyOracle):
         a, b = _split(np.asarray(seeds, dtype=np.int64))
         v = np.asarray(values, dtype=np.int64)
         return (a * v + b) % PRIME % self.g
-
-    def perturb(self, values: ArrayLike, *, rng: RNGLike = None) -> np.ndarray:
-        """(seed, y) per user, int64 (n, 2) (OS entropy when rng is None)."""
-        x = as_values(values, self.size)
-        src = client_rng(rng)
-        a = np.asarray(src.integers(1, PRIME, size=x.size), dtype=np.int64)
-        b = np.asarray(src.integers(0, PRIME, size=x.size), dtype=np.int64)
-        y = grr_perturb(src, (a * x + b) % PRIME % self.g, self.p, self.g)
-        return np.column_stack(((a << _SEED_SHIFT) | b, y))
 
     def _decode(self, reports: ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         arr = as_report_columns(reports, 2, self.name)
@@ -193,9 +207,9 @@ class OLH(FrequencyOracle):
             raise DPMarginalsError(f"seeds must be a non-empty 1-D integer array, got {s!r}")
         _checked_split(s.astype(np.int64))
         hashed = self.hash_values(s, x)
-        q_g = (1.0 - self.p) / (self.g - 1)
+        q_g = float((1 - self.keep) / self.g)
         probs = np.full((s.size, self.g), q_g)
-        probs[np.arange(s.size), hashed] = self.p
+        probs[np.arange(s.size), hashed] = float(self.p_g)
         return (probs / s.size).ravel()
 
     @staticmethod

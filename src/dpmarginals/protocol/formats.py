@@ -1,59 +1,66 @@
-"""Report formats beyond "one cell through a frequency oracle" (numpy + stdlib only).
+"""Every group's report format, rebuilt from the plan alone: what a device sends, and what
+the aggregator counts and unbiases (numpy + stdlib only).
 
-A plan group names either a frequency oracle of :mod:`dpmarginals.oracles` (the user
-reports her cell of the group's marginal) or one of these formats.  Each has the oracles'
-interface -- ``name``, ``epsilon``, ``size`` (the length of its support vector, the
-group's part of :class:`~dpmarginals.protocol.counts.Counts`), ``report_bits``,
-``perturb`` (client; ``rng=None`` draws from the OS CSPRNG), ``support`` (aggregator) and
-``output_distribution`` (exact, for privacy checks) -- plus ``encode``, which turns the
-values of the group's attributes into the randomizer's input.  Everything a client needs
-is rebuilt from the plan alone (:func:`group_oracle`):
+A plan group names a frequency oracle of :mod:`dpmarginals.oracles` (the user reports her
+cell of the group's marginal: :class:`CellReports`) or one of the formats below.  Each has
+one interface -- ``name``, ``epsilon``, ``size`` (the length of its support vector, the
+group's part of :class:`~dpmarginals.protocol.counts.Counts`), ``report_bits``, ``encode``
+(the group's attribute values -> the randomizer's input), ``perturb`` (a fresh report per
+input: the device's randomizer, also what simulation and the per-user release run;
+``rng=None`` draws from the OS CSPRNG), ``support`` (aggregator) and
+``output_distribution`` (exact law, for privacy checks).  A memoized plan
+(``longitudinal_epsilon`` not null) adds ``permanent`` (the response a device keeps per
+value) and ``instantaneous`` (fresh noise on it for every report); its ``perturb`` is
+both at once (a new user), and the aggregator's law is their composition.  Every random
+choice is one of :mod:`.samplers`' exact primitives:
 
 =======  ===================  ===========================  ============  =================
 format   method               input, and what is sent      payload       support (length)
 =======  ===================  ===========================  ============  =================
 ``ht``   InpHT/FT (one        her code in binary (the      ``[i, b]``    reports per
          group of every       group's first attribute      0 <= i < |T|  (i, b): 2 |T|
-         attribute), MargHT   least significant); i        b in {0, 1}
-         (one group per       uniform over the coefficient
-         k-way marginal)      set T, b = parity(T[i] &
-                              code), flipped w.p. 1 - p
+         attribute), MargHT   least significant); i =      b in {0, 1}
+         (one group per       uniform(|T|), then a coin
+         k-way marginal)      at P: b = parity(T[i] &
+                              code), flipped unless kept
 ``cms``  InpHTCMS (one group  her cell x of the full       ``[i, b]``    reports per
-         of every attribute)  table; i = j w + l uniform   0 <= i < g w  (i, b): 2 g w
-                              over [g] x [w], b =
-                              parity(l & h_j(x)), flipped
-                              w.p. 1 - p
+         of every attribute)  table; i = uniform(g w) =    0 <= i < g w  (i, b): 2 g w
+                              j w + l, then a coin at P:
+                              b = parity(l & h_j(x))
 ``em``   EM, InpEM (one       every attribute's value      ``[y_0, ...,  the histogram of
-         group of every       through its own oracle at    y_{d-1}]``    the reported
-         attribute)           eps / d: GRR sends the       one class     classes on every
-                              value, OUE/SUE the bit       per           k-set of
-                              vector as an integer         attribute     attributes, one
-                              (bit v = value v)                          after the other
+         group of every       through its own oracle       y_{d-1}]``    the reported
+         attribute)           (grr, oue or sue) at eps/d,  one class     classes on every
+                              attribute after attribute:   per           k-set of
+                              GRR sends the value,         attribute     attributes, one
+                              OUE/SUE the bit vector as                  after the other
+                              an integer (bit v = value v)
 matrix   WFM (one group of    her cell x of the full       integer o,    reports per
-         every attribute)     table; o drawn from column   0 <= o < m    output: m
-                              x of the public strategy
-                              matrix Q (m x cells)
+         every attribute)     table; u = uniform63, o the  0 <= o < m    output: m
+                              first row whose cumulative
+                              weight in column x exceeds u
 =======  ===================  ===========================  ============  =================
 
-``p = e^eps / (1 + e^eps)`` (binary randomized response).  T (``ht``) is every non-constant
-Hadamard coefficient of the group's binary code touching at most ``params["k"]``
-attributes (``params["support"] = "attributes"``, the default; for MargHT's k-attribute
-groups: all 2^b - 1 of them) or of weight at most the bits of the k widest attributes
-(``"bits"``, CALM §5.3), sorted as integers (Cormode et al. Alg. 1; CALM §3.5).  The sketch
-hashes h_j (``cms``) are degree-2 polynomials mod 2^31 - 1 whose coefficients come from the
-public ``params["hash_seed"]`` (Cormode et al. B.2).  EM's per-attribute oracles are
-``params["attribute_oracles"]`` with budget eps / d each ("none" for a single-valued
-attribute: nothing is sent), eps-LDP by composition; its sufficient statistics are the
-histograms of the reported classes on the k-sets of attributes (CALM §3.6: EM answers a
-marginal from the users' reported tuples), so a unary-encoded attribute of c values has 2^c
-classes.  The strategy matrix of ``matrix`` (the workload factorization mechanism, McKenna
-et al. PVLDB 2020) is ``params["strategy"]``: ``{"rows": m, "columns": cells, "float64":
-[...]}``, its m x cells entries as little-endian float64, row by row, in base64 strings
-of at most 4,096 characters each (3,072 bytes; the service caps every string in a plan).
-The client checks it before any draw (:class:`StrategyMatrix`): finite, non-negative,
-every column summing to 1 within 1e-9 (it samples from the column divided by its sum),
-and eps-LDP: in every row of the normalized matrix the largest entry is at most e^eps
-times the smallest.
+P is binary randomized response's 32-bit keep threshold (p = P / 2^32, the largest with
+p / (1 - p) <= e^eps exactly: :func:`~dpmarginals.oracles._base.binary_keep`).  T (``ht``)
+is every non-constant Hadamard coefficient of the group's binary code touching at most
+``params["k"]`` attributes (``params["support"] = "attributes"``, the default; for MargHT's
+k-attribute groups: all 2^b - 1 of them) or of weight at most the bits of the k widest
+attributes (``"bits"``, CALM §5.3), sorted as integers (Cormode et al. Alg. 1; CALM §3.5).
+The sketch hashes h_j (``cms``) are degree-2 polynomials mod 2^31 - 1 whose coefficients
+the plan lists (``params["hash_coefficients"]``: [a, b, c], each g integers below P;
+version 1 plans derived them from ``params["hash_seed"]``; Cormode et al. B.2).  EM's
+per-attribute oracles are ``params["attribute_oracles"]`` ("none" for a single-valued
+attribute: nothing is sent), each at exactly eps / d (its thresholds derived from that
+rational), eps-LDP by composition; its sufficient statistics are the histograms of the
+reported classes on the k-sets of attributes (CALM §3.6), so a unary-encoded attribute of
+c values has 2^c classes.  The strategy of ``matrix`` (the workload factorization
+mechanism, McKenna et al. PVLDB 2020) is ``params["strategy"]``: ``{"rows": m, "columns":
+cells, "uint64": [...]}``, its m x cells integer weights, row by row, as little-endian
+uint64 in base64 strings of at most 4,096 characters each (3,072 bytes; the service caps
+every string in a plan).  The client checks it in integers before any draw
+(:class:`StrategyMatrix`): every column sums to exactly 2^63 (the cell's distribution is
+column / 2^63), and in every row the largest weight is at most e^eps times the smallest
+(a row of zeros is never sent).
 
 >>> from dpmarginals.core.domain import Domain
 >>> from dpmarginals.protocol.plan import GroupSpec, Plan
@@ -76,6 +83,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import cached_property, lru_cache
 from itertools import accumulate, combinations, product
 from typing import Any, ClassVar
@@ -84,11 +92,15 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ..core.errors import DPMarginalsError, check_epsilon
+from ..core.exact import WORD, exp_lower_bound, rational
 from ..core.hashing import PRIME
-from ..core.randomness import RNGLike, client_rng
-from ..oracles import ORACLES, FrequencyOracle, make_oracle
-from ..oracles._base import as_report_columns, check_range, parity
+from ..core.randomness import RandomSource, RNGLike, client_rng
+from ..oracles import ORACLES, FrequencyOracle, make_oracle, oracle_at
+from ..oracles._base import as_report_columns, binary_keep, check_range, parity
+from ..oracles.memoized import MEMOIZED, memoized
+from . import randomizers
 from .plan import Plan
+from .samplers import coins, uniform, uniform63
 
 __all__ = [
     "FORMATS",
@@ -97,8 +109,10 @@ __all__ = [
     "MAX_CODE_BITS",
     "MAX_GROUP_SUPPORT",
     "MAX_STRATEGY_ENTRIES",
+    "STRATEGY_TOTAL",
     "SUPPORTS",
     "AttributeReports",
+    "CellReports",
     "CountMeanSketch",
     "HadamardCoefficients",
     "StrategyMatrix",
@@ -110,6 +124,7 @@ __all__ = [
     "decode_matrix",
     "encode_matrix",
     "group_oracle",
+    "integer_strategy",
     "kset_histograms",
     "plan_oracles",
     "rr_keep",
@@ -123,7 +138,9 @@ MAX_CODE_BITS = 62
 MAX_GROUP_SUPPORT = 1 << 23
 """The longest support vector a group of these formats may have (a 64 MiB count tensor)."""
 MAX_STRATEGY_ENTRIES = 1 << 24
-"""The largest strategy matrix a plan may carry (m x cells entries: 128 MiB of float64)."""
+"""The largest strategy matrix a plan may carry (m x cells entries: 128 MiB of uint64)."""
+STRATEGY_TOTAL = 1 << 63
+"""Every column of a strategy's integer weights sums to exactly this."""
 STRATEGY_CHUNK = 3072
 """Bytes per base64 string of a published strategy (4,096 characters)."""
 STRATEGY_TEXT = 4 * STRATEGY_CHUNK // 3
@@ -131,6 +148,8 @@ SUPPORTS = ("bits", "attributes")
 UNARY = ("oue", "sue")
 INTEGER_PAYLOADS = ("grr", "matrix")
 """Oracles and formats whose report is one integer below their support's length."""
+EM_ORACLES = ("grr", "oue", "sue")
+"""The oracles an ``em`` attribute may report through."""
 
 
 # -- small shared arithmetic ----------------------------------------------------------------
@@ -140,9 +159,9 @@ def bits_for(count: int) -> int:
 
 
 def rr_keep(epsilon: float) -> float:
-    """p = e^eps / (1 + e^eps): binary randomized response keeps the true sign."""
-    return 1.0 / (1.0 + math.exp(-epsilon))
-
+    """p of binary randomized response: the exact 32-bit rational the device realizes,
+    P / 2^32 <= e^eps / (1 + e^eps)."""
+    return binary_keep(epsilon) / WORD
 
 def attribute_bits(sizes: tuple[int, ...]) -> tuple[int, ...]:
     """ceil(log2 c) bits per attribute of c values (CALM §5.3's binary encoding)."""
@@ -214,8 +233,8 @@ def _coefficient_masks(sizes: tuple[int, ...], k: int, support: str) -> np.ndarr
 
 
 def sketch_coefficients(seed: int, g: int) -> np.ndarray:
-    """The (3, g) coefficients (a, b, c) of the g sketch hashes, uniform mod P = 2^31 - 1,
-    drawn from the public ``seed`` (numpy's PCG64: every client computes the same)."""
+    """(3, g) coefficients (a, b, c) of g sketch hashes, uniform mod P = 2^31 - 1, drawn
+    from ``seed`` with numpy's PCG64 (what a plan lists as ``hash_coefficients``)."""
     gen = np.random.default_rng(seed)
     return gen.integers(0, PRIME, size=(3, g, 1), dtype=np.int64)[:, :, 0]
 
@@ -234,6 +253,68 @@ def _int_param(plan: Plan, key: str, low: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise DPMarginalsError(f"plan params.{key} must be an integer >= {low}, got {value!r}")
     return value
+
+
+
+
+# -- one cell of the marginal through a frequency oracle ------------------------------------
+@dataclass(frozen=True, eq=False)
+class CellReports:
+    """A group whose users report their cell of its marginal through a frequency oracle.
+
+    ``oracle`` is the aggregator's law (for a memoized plan, the composition of the
+    permanent response ``memo[0]`` and the instantaneous one at threshold ``memo[1]``,
+    :func:`~dpmarginals.oracles.memoized.memoized`); any attribute this class does not
+    define (``p``, ``q``, ``g``, ``K``, ``estimate``, ``variance``, ``sample_support``, ...)
+    is the oracle's.
+    """
+
+    oracle: FrequencyOracle
+    sizes: tuple[int, ...]
+    memo: tuple[FrequencyOracle, int] | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.oracle, name)
+
+    @property
+    def name(self) -> str:
+        return self.oracle.name
+
+    @property
+    def size(self) -> int:
+        return self.oracle.size
+
+    def encode(self, values: np.ndarray) -> np.ndarray:
+        """The group's attribute values (n, a) -> cells of its marginal (C order)."""
+        arr = np.asarray(values, dtype=np.int64)
+        return np.ravel_multi_index(tuple(arr.T), self.sizes).astype(np.int64)
+
+    def perturb(self, inputs: ArrayLike, *, rng: RNGLike = None) -> np.ndarray:
+        """A fresh report per cell (memoized plans: a permanent response, then fresh noise)."""
+        src = client_rng(rng)
+        if self.memo is None:
+            return randomizers.perturb(self.oracle, np.asarray(inputs), src)
+        return self.instantaneous(self.permanent(inputs, src), src)
+
+    def permanent(self, inputs: ArrayLike, src: RandomSource) -> np.ndarray:
+        """The permanent randomized response of each cell (what a device memoizes)."""
+        if self.memo is None:
+            raise DPMarginalsError("the plan does not memoize")
+        return randomizers.perturb(self.memo[0], np.asarray(inputs), src)
+
+    def instantaneous(self, permanent: np.ndarray, src: RandomSource) -> np.ndarray:
+        """A report from permanent responses: fresh noise drawn for this report alone."""
+        if self.memo is None:
+            raise DPMarginalsError("the plan does not memoize")
+        return randomizers.instantaneous(self.memo[0], permanent, self.memo[1], src)
+
+    def support(self, reports: ArrayLike) -> np.ndarray:
+        return self.oracle.support(reports)
+
+    def output_distribution(self, value: int) -> np.ndarray:
+        return self.oracle.output_distribution(value)
 
 
 # -- the signed-index formats: ht and cms ---------------------------------------------------
@@ -262,8 +343,13 @@ class _SignedIndex(ABC):
         """The unperturbed bit of each input at its index (0: sign +1, 1: sign -1)."""
 
     @property
+    def keep(self) -> int:
+        """P: a word below it keeps the true bit (binary RR at eps, exactly)."""
+        return binary_keep(self.epsilon)
+
+    @property
     def p(self) -> float:
-        return rr_keep(self.epsilon)
+        return self.keep / WORD
 
     @property
     def size(self) -> int:
@@ -275,12 +361,13 @@ class _SignedIndex(ABC):
         return bits_for(self.K) + 1
 
     def perturb(self, inputs: ArrayLike, *, rng: RNGLike = None) -> np.ndarray:
-        """(i, b) per user, int64 (n, 2): i uniform in [K], b the true bit kept w.p. p."""
+        """(i, b) per user, int64 (n, 2): i = uniform(K), then a coin at P: b is the true
+        bit at i, flipped unless the coin holds."""
         x = np.asarray(inputs, dtype=np.int64).ravel()
         src = client_rng(rng)
-        i = np.asarray(src.integers(0, self.K, size=x.size), dtype=np.int64)
-        flip = (np.asarray(src.random(x.size)) >= self.p).astype(np.int64)
-        return np.column_stack((i, self.true_bits(x, i) ^ flip))
+        i = uniform(src, self.K, x.size)
+        kept = coins(src, self.keep, x.size)
+        return np.column_stack((i, self.true_bits(x, i) ^ ~kept))
 
     def check(self, reports: ArrayLike) -> np.ndarray:
         """Raise unless every report is (i, b) with 0 <= i < K and b in {0, 1}."""
@@ -337,12 +424,12 @@ class HadamardCoefficients(_SignedIndex):
 
 @dataclass(frozen=True)
 class CountMeanSketch(_SignedIndex):
-    """``cms``: Apple's Hadamard count-mean sketch of the user's cell (InpHTCMS)."""
+    """``cms``: Apple's Hadamard count-mean sketch of the user's cell (InpHTCMS); the
+    coefficients (3, g) of its g hashes are public (the plan's ``hash_coefficients``)."""
 
     sizes: tuple[int, ...] = ()
-    g: int = 5
     w: int = 256
-    hash_seed: int = 0
+    coefficients: tuple[tuple[int, ...], ...] = ()
     name: ClassVar[str] = "cms"
 
     def __post_init__(self) -> None:
@@ -352,14 +439,24 @@ class CountMeanSketch(_SignedIndex):
         if math.prod(self.sizes) >= PRIME:
             raise DPMarginalsError(f"cms hashes cells below {PRIME}; the group has "
                                    f"{math.prod(self.sizes):,}")
+        rows = self.coefficients
+        if (len(rows) != 3 or not rows[0] or any(len(r) != len(rows[0]) for r in rows)
+                or any(isinstance(c, bool) or not isinstance(c, int) or not 0 <= c < PRIME
+                       for r in rows for c in r)):
+            raise DPMarginalsError(f"plan params.hash_coefficients must be 3 lists of g "
+                                   f"integers in [0, {PRIME}), got {str(rows)[:120]}")
+
+    @property
+    def g(self) -> int:
+        return len(self.coefficients[0])
 
     @property
     def K(self) -> int:
         return self.g * self.w
 
     @cached_property
-    def coefficients(self) -> np.ndarray:
-        return sketch_coefficients(self.hash_seed, self.g)
+    def coefficient_array(self) -> np.ndarray:
+        return np.asarray(self.coefficients, dtype=np.int64)
 
     def encode(self, values: np.ndarray) -> np.ndarray:
         arr = np.asarray(values, dtype=np.int64)
@@ -367,27 +464,31 @@ class CountMeanSketch(_SignedIndex):
 
     def true_bits(self, inputs: np.ndarray, index: np.ndarray) -> np.ndarray:
         j, col = index // self.w, index % self.w
-        return parity(col & sketch_hash(self.coefficients[:, j], inputs, self.w))
+        return parity(col & sketch_hash(self.coefficient_array[:, j], inputs, self.w))
 
 
 # -- em: every attribute at eps/d ------------------------------------------------------------
 @dataclass(frozen=True)
 class AttributeReports:
-    """``em``: every attribute through its own oracle at eps / d (EM, InpEM)."""
+    """``em``: every attribute through its own oracle at exactly eps / d (EM, InpEM); a
+    memoized plan (``longitudinal`` not None) keeps a permanent response per attribute at
+    longitudinal / d and adds fresh noise per report."""
 
     epsilon: float
     sizes: tuple[int, ...]
     oracles: tuple[str, ...]
     k: int
+    longitudinal: float | None = None
     name: ClassVar[str] = "em"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
         d = len(self.sizes)
         if len(self.oracles) != d or any(
-                o != "none" and o not in ORACLES for o in self.oracles):
-            raise DPMarginalsError(f"plan params.attribute_oracles must name {d} oracles "
-                                   f"(or 'none'), got {list(self.oracles)!r:.120}")
+                o != "none" and o not in EM_ORACLES for o in self.oracles):
+            raise DPMarginalsError(f"plan params.attribute_oracles must name {d} oracles of "
+                                   f"{list(EM_ORACLES)} (or 'none'), got "
+                                   f"{list(self.oracles)!r:.120}")
         for o, c in zip(self.oracles, self.sizes, strict=True):
             if (o == "none") != (c < 2):
                 raise DPMarginalsError(f"an attribute of {c} values cannot report with "
@@ -402,10 +503,28 @@ class AttributeReports:
     def d(self) -> int:
         return len(self.sizes)
 
+    @property
+    def share(self) -> Fraction:
+        """Each attribute's budget, exactly eps / d."""
+        return rational(self.epsilon) / self.d
+
+    @cached_property
+    def layers(self) -> tuple[tuple[FrequencyOracle, int] | None, ...]:
+        """Per attribute: (permanent oracle, instantaneous threshold) of a memoized plan."""
+        if self.longitudinal is None:
+            return (None,) * self.d
+        perm = rational(self.longitudinal) / self.d
+        return tuple(None if o == "none" else memoized(o, self.share, perm, c)[:2]
+                     for o, c in zip(self.oracles, self.sizes, strict=True))
+
     @cached_property
     def attribute_oracles(self) -> tuple[FrequencyOracle | None, ...]:
-        eps = self.epsilon / self.d
-        return tuple(None if o == "none" else make_oracle(o, eps, c)
+        """Per attribute: the aggregator's law (a memoized plan's composition)."""
+        if self.longitudinal is not None:
+            perm = rational(self.longitudinal) / self.d
+            return tuple(None if o == "none" else memoized(o, self.share, perm, c)[2]
+                         for o, c in zip(self.oracles, self.sizes, strict=True))
+        return tuple(None if o == "none" else oracle_at(o, self.share, c)
                      for o, c in zip(self.oracles, self.sizes, strict=True))
 
     @cached_property
@@ -429,19 +548,62 @@ class AttributeReports:
     def encode(self, values: np.ndarray) -> np.ndarray:
         return np.asarray(values, dtype=np.int64)
 
-    def perturb(self, values: ArrayLike, *, rng: RNGLike = None) -> np.ndarray:
-        """Every user's class per attribute, int64 (n, d): attribute j through its oracle
-        (one source, attribute by attribute)."""
+    def _inputs(self, values: ArrayLike) -> np.ndarray:
         arr = np.asarray(values, dtype=np.int64)
         if arr.ndim != 2 or arr.shape[1] != self.d:
             raise DPMarginalsError(f"em inputs must have shape (n, {self.d}), got {arr.shape}")
+        return arr
+
+    def perturb(self, values: ArrayLike, *, rng: RNGLike = None) -> np.ndarray:
+        """Every user's class per attribute, int64 (n, d): attribute j through its oracle,
+        attribute after attribute (memoized plans: every permanent response, then every
+        attribute's fresh noise)."""
         src = client_rng(rng)
+        if self.longitudinal is not None:
+            return self.instantaneous(self.permanent(values, src), src)
+        arr = self._inputs(values)
+        return self._each(arr, src, lambda j, o, col: randomizers.perturb(o, col, src),
+                          self.attribute_oracles)
+
+    def permanent(self, values: ArrayLike, src: RandomSource) -> np.ndarray:
+        """The permanent responses (classes, (n, d)) a device memoizes."""
+        if self.longitudinal is None:
+            raise DPMarginalsError("the plan does not memoize")
+        arr = self._inputs(values)
+        return self._each(arr, src, lambda j, o, col: randomizers.perturb(o, col, src),
+                          tuple(None if lay is None else lay[0] for lay in self.layers))
+
+    def instantaneous(self, permanent: ArrayLike, src: RandomSource) -> np.ndarray:
+        """A report's classes from the permanent ones, with fresh noise per attribute."""
+        if self.longitudinal is None:
+            raise DPMarginalsError("the plan does not memoize")
+        arr = self._inputs(permanent)
+        layers = self.layers
+
+        def noise(j: int, oracle: FrequencyOracle, col: np.ndarray) -> np.ndarray:
+            inst = layers[j][1]  # type: ignore[index]
+            if oracle.name == "grr":
+                return randomizers.instantaneous(oracle, col, inst, src)
+            packed = (col[:, None] >> (8 * np.arange((oracle.size + 7) // 8))) & 0xFF
+            return randomizers.instantaneous(oracle, packed.astype(np.uint8), inst, src)
+
+        return self._each(arr, src, noise,
+                          tuple(None if lay is None else lay[0] for lay in layers),
+                          classes_in=True)
+
+    def _each(self, arr: np.ndarray, src: RandomSource, step: Any,
+              oracles: Sequence[FrequencyOracle | None], classes_in: bool = False
+              ) -> np.ndarray:
+        """``step(j, oracle, column)`` attribute after attribute; unary outputs (packed bits)
+        become classes: the bits read as a little-endian integer."""
         out = np.zeros(arr.shape, dtype=np.int64)
-        for j, oracle in enumerate(self.attribute_oracles):
+        for j, oracle in enumerate(oracles):
             if oracle is None:
                 continue
-            reported = oracle.perturb(arr[:, j], rng=src)
-            if oracle.name in UNARY:  # the packed bits read as a little-endian integer
+            if not classes_in:
+                check_range(arr[:, j], oracle.size, f"em value of attribute {j}")
+            reported = step(j, oracle, arr[:, j])
+            if oracle.name in UNARY:
                 shifts = 8 * np.arange(reported.shape[1], dtype=np.int64)
                 reported = (reported.astype(np.int64) << shifts).sum(axis=1)
             out[:, j] = reported
@@ -502,26 +664,47 @@ def kset_histograms(tuples: np.ndarray, counts: np.ndarray, classes: Sequence[in
     return out
 
 
-# -- matrix: one output of a public strategy matrix (WFM) -----------------------------------
-def encode_matrix(matrix: np.ndarray) -> dict[str, Any]:
-    """The plan's JSON form of a strategy matrix (module docstring; exact float64).
+# -- matrix: one output of a public strategy (WFM) ------------------------------------------
+def integer_strategy(matrix: ArrayLike, epsilon: float, mix: float = 2.0**-20) -> np.ndarray:
+    """Integer weights (uint64, m x cells) of a float strategy whose columns are
+    distributions, that :meth:`StrategyMatrix.validate` accepts: the strategy mixed with
+    the uniform distribution over its m outputs (weight ``mix``), which puts every row's
+    max/min a factor ~ mix (e^eps - 1) below e^eps, then scaled so that each column sums to
+    exactly 2^63 (floored; the column's remainder, under m 2^11 units, goes to its largest
+    weight, a relative change under 1e-8).  The law moves by about ``mix``; a strategy
+    that is not eps-LDP to begin with is still refused by the validator."""
+    arr = np.array(matrix, dtype=np.float64)
+    if arr.ndim != 2 or not np.isfinite(arr).all() or (arr < 0).any():
+        raise DPMarginalsError("a strategy is a finite non-negative 2-D matrix")
+    arr = (1 - mix) * arr / arr.sum(axis=0) + mix / arr.shape[0]
+    weights = np.floor(arr * float(STRATEGY_TOTAL)).astype(np.uint64)
+    short = STRATEGY_TOTAL - weights.astype(object).sum(axis=0)
+    top = np.argmax(arr, axis=0)
+    for x in np.flatnonzero(short).tolist():
+        weights[top[x], x] = np.uint64(int(weights[top[x], x]) + int(short[x]))
+    return StrategyMatrix.validate(weights, epsilon, arr.shape[1]).copy()
 
-    >>> spec = encode_matrix(np.array([[0.25, 0.5], [0.75, 0.5]]))
-    >>> spec["rows"], spec["columns"], spec["float64"], decode_matrix(spec, 2).tolist()
-    (2, 2, ['AAAAAAAA0D8AAAAAAADgPwAAAAAAAOg/AAAAAAAA4D8='], [[0.25, 0.5], [0.75, 0.5]])
+
+def encode_matrix(weights: np.ndarray) -> dict[str, Any]:
+    """The plan's JSON form of a strategy's integer weights (module docstring).
+
+    >>> spec = encode_matrix(np.array([[1 << 62, 1 << 61], [1 << 62, 3 << 61]], np.uint64))
+    >>> spec["rows"], spec["columns"], decode_matrix(spec, 2).tolist() == [[2**62, 2**61],
+    ...                                                                    [2**62, 3 * 2**61]]
+    (2, 2, True)
     """
-    arr = np.ascontiguousarray(matrix, dtype="<f8")
+    arr = np.ascontiguousarray(weights, dtype="<u8")
     if arr.ndim != 2:
         raise DPMarginalsError(f"a strategy matrix is 2-D, got shape {arr.shape}")
     raw = arr.tobytes()
     return {"rows": int(arr.shape[0]), "columns": int(arr.shape[1]),
-            "float64": [base64.b64encode(raw[i : i + STRATEGY_CHUNK]).decode("ascii")
-                        for i in range(0, len(raw), STRATEGY_CHUNK)]}
+            "uint64": [base64.b64encode(raw[i : i + STRATEGY_CHUNK]).decode("ascii")
+                       for i in range(0, len(raw), STRATEGY_CHUNK)]}
 
 
 def decode_matrix(spec: Any, columns: int) -> np.ndarray:
-    """The matrix of :func:`encode_matrix`'s ``spec``, which must have ``columns`` columns
-    (the group's cells); a malformed spec is an error naming the field."""
+    """The integer weights of :func:`encode_matrix`'s ``spec``, which must have ``columns``
+    columns (the group's cells); a malformed spec is an error naming the field."""
     rows, chunks = _strategy_spec(spec, columns)
     return _decode_chunks(chunks, rows, columns)
 
@@ -530,31 +713,34 @@ def _decode_chunks(chunks: tuple[str, ...], rows: int, columns: int) -> np.ndarr
     raw = []
     for i, text in enumerate(chunks):
         if len(text) > STRATEGY_TEXT:  # before decoding it
-            raise DPMarginalsError(f"plan params.strategy.float64[{i}] is a string of "
+            raise DPMarginalsError(f"plan params.strategy.uint64[{i}] is a string of "
                                    f"{len(text):,} characters; at most {STRATEGY_TEXT:,}")
         try:
             part = base64.b64decode(text, validate=True)
         except (binascii.Error, ValueError):
-            raise DPMarginalsError(f"plan params.strategy.float64[{i}] is not valid "
+            raise DPMarginalsError(f"plan params.strategy.uint64[{i}] is not valid "
                                    "base64") from None
         last = i == len(chunks) - 1
         if (len(part) != STRATEGY_CHUNK and not last) or not part:
-            raise DPMarginalsError(f"plan params.strategy.float64[{i}] holds {len(part)} "
+            raise DPMarginalsError(f"plan params.strategy.uint64[{i}] holds {len(part)} "
                                    f"bytes; every string but the last holds {STRATEGY_CHUNK}")
         raw.append(part)
     data = b"".join(raw)
     if len(data) != 8 * rows * columns:
-        raise DPMarginalsError(f"plan params.strategy.float64 holds {len(data):,} bytes, not "
-                               f"the {8 * rows * columns:,} of {rows} x {columns} float64")
-    return np.frombuffer(data, dtype="<f8").astype(np.float64).reshape(rows, columns)
+        raise DPMarginalsError(f"plan params.strategy.uint64 holds {len(data):,} bytes, not "
+                               f"the {8 * rows * columns:,} of {rows} x {columns} uint64")
+    return np.frombuffer(data, dtype="<u8").astype(np.uint64).reshape(rows, columns)
 
 
 def _strategy_spec(spec: Any, columns: int) -> tuple[int, tuple[str, ...]]:
     """(rows, base64 strings) of a well-formed strategy spec of ``columns`` columns."""
-    if not isinstance(spec, dict) or set(spec) != {"rows", "columns", "float64"}:
-        raise DPMarginalsError('plan params.strategy must be {"rows", "columns", "float64"}, '
+    if isinstance(spec, dict) and "float64" in spec:
+        raise DPMarginalsError("plan params.strategy holds float64 weights (a version 1 "
+                               "plan): a device samples integer weights only; plan again")
+    if not isinstance(spec, dict) or set(spec) != {"rows", "columns", "uint64"}:
+        raise DPMarginalsError('plan params.strategy must be {"rows", "columns", "uint64"}, '
                                f"got {str(spec)[:80]!r}")
-    rows, cols, text = spec["rows"], spec["columns"], spec["float64"]
+    rows, cols, text = spec["rows"], spec["columns"], spec["uint64"]
     for key, value in (("rows", rows), ("columns", cols)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise DPMarginalsError(f"plan params.strategy.{key} must be an integer >= 1, got "
@@ -568,28 +754,25 @@ def _strategy_spec(spec: Any, columns: int) -> tuple[int, tuple[str, ...]]:
     chunks = -(-8 * rows * cols // STRATEGY_CHUNK)
     if (not isinstance(text, list) or len(text) != chunks
             or not all(isinstance(t, str) for t in text)):
-        raise DPMarginalsError(f"plan params.strategy.float64 must be {chunks} base64 strings "
-                               f"(the {rows} x {cols} float64 numbers, {STRATEGY_CHUNK} bytes "
+        raise DPMarginalsError(f"plan params.strategy.uint64 must be {chunks} base64 strings "
+                               f"(the {rows} x {cols} uint64 weights, {STRATEGY_CHUNK} bytes "
                                "a string)")
     return rows, tuple(text)
 
 
 @dataclass(frozen=True, eq=False)
 class StrategyMatrix:
-    """``matrix``: the user in cell x reports o with probability ``Q[o, x] / sum(Q[:, x])``
-    (the workload factorization mechanism's randomizer, McKenna et al. PVLDB 2020 §3).
+    """``matrix``: the user in cell x reports o with probability ``W[o, x] / 2^63`` (the
+    workload factorization mechanism's randomizer, McKenna et al. PVLDB 2020 §3).
 
-    Built only from a matrix that passes :meth:`validate`: the client refuses a plan
+    Built only from integer weights that pass :meth:`validate`: the client refuses a plan
     whose strategy is not a set of distributions or not eps-LDP before it draws anything.
 
-    >>> q = np.array([[2, 1], [1, 2]]) / 3          # randomized response at eps = ln 2
-    >>> fmt = StrategyMatrix(math.log(2), q, (2,))
-    >>> fmt.output_distribution(1).round(3).tolist(), int(fmt.support([0, 1, 1]).sum())
-    ([0.333, 0.667], 3)
-    >>> StrategyMatrix(0.5, q, (2,))
+    >>> w = np.array([[2, 1], [1, 2]], dtype=np.uint64) * np.uint64(STRATEGY_TOTAL // 3 + 1)
+    >>> StrategyMatrix(0.5, w, (2,))
     Traceback (most recent call last):
     ...
-    dpmarginals.core.errors.DPMarginalsError: the strategy matrix is not 0.5-LDP: row 0 has ...
+    dpmarginals.core.errors.DPMarginalsError: column 0 of the strategy sums to ...
     """
 
     epsilon: float
@@ -603,31 +786,29 @@ class StrategyMatrix:
                                                          math.prod(self.sizes)))
 
     @staticmethod
-    def validate(matrix: ArrayLike, epsilon: float, cells: int) -> np.ndarray:
-        """The normalized matrix (columns divided by their sums, read-only), if ``matrix``
-        is (m, cells), finite, non-negative, its columns sum to 1 within 1e-9, and every
-        row of the normalized matrix has max <= e^eps min (a row of zeros is never sent)."""
-        arr = np.array(matrix, dtype=np.float64)
+    def validate(weights: ArrayLike, epsilon: float, cells: int) -> np.ndarray:
+        """The weights (read-only uint64), if they are (m, cells), every column sums to
+        exactly 2^63, and in every row max <= e^eps min (a row of zeros is never sent),
+        all in integers against :func:`~dpmarginals.core.exact.exp_lower_bound`."""
+        arr = np.array(weights)
         if arr.ndim != 2 or arr.shape[1] != cells or arr.shape[0] < 1:
             raise DPMarginalsError(f"the strategy matrix must have shape (m, {cells}), got "
                                    f"{arr.shape}")
-        if not np.isfinite(arr).all() or (arr < 0).any():
-            raise DPMarginalsError("the strategy matrix has a negative or non-finite entry")
-        sums = arr.sum(axis=0)
-        bad = np.flatnonzero(np.abs(sums - 1.0) > 1e-9)
-        if bad.size:
-            raise DPMarginalsError(f"column {int(bad[0])} of the strategy matrix sums to "
-                                   f"{float(sums[bad[0]])!r}, not 1: it is not a distribution")
-        arr /= sums
+        if arr.dtype != np.uint64:
+            raise DPMarginalsError(f"the strategy's weights must be uint64, got {arr.dtype}")
+        wide = arr.astype(object)
+        for x in range(cells):
+            total = sum(wide[:, x].tolist())
+            if total != STRATEGY_TOTAL:
+                raise DPMarginalsError(f"column {x} of the strategy sums to {total}, not 2^63: "
+                                       "it is not a distribution")
+        bound = exp_lower_bound(rational(epsilon))
         lo, hi = arr.min(axis=1), arr.max(axis=1)
-        with np.errstate(divide="ignore", invalid="ignore"):  # the quotient, not lo * e^eps,
-            ratios = np.where(hi > 0, hi / lo, 1.0)  # which rounds up among subnormal numbers
-        leaky = np.flatnonzero(~(ratios <= math.exp(epsilon)))
-        if leaky.size:
-            o = int(leaky[0])
-            ratio = float(ratios[o])
-            raise DPMarginalsError(f"the strategy matrix is not {epsilon}-LDP: row {o} has "
-                                   f"max/min = {ratio!r} > e^eps = {math.exp(epsilon)!r}")
+        for o in np.flatnonzero(hi > 0).tolist():
+            if int(hi[o]) * bound.denominator > int(lo[o]) * bound.numerator:
+                ratio = math.inf if lo[o] == 0 else int(hi[o]) / int(lo[o])
+                raise DPMarginalsError(f"the strategy matrix is not {epsilon}-LDP: row {o} has "
+                                       f"max/min = {ratio!r} > e^eps = {math.exp(epsilon)!r}")
         arr.setflags(write=False)
         return arr
 
@@ -642,7 +823,12 @@ class StrategyMatrix:
 
     @cached_property
     def _cumulative(self) -> np.ndarray:
-        return np.cumsum(self.matrix, axis=0)
+        return np.cumsum(self.matrix, axis=0, dtype=np.uint64)
+
+    @cached_property
+    def probabilities(self) -> np.ndarray:
+        """W / 2^63 as floats (the aggregator's law)."""
+        return self.matrix.astype(np.float64) / float(STRATEGY_TOTAL)
 
     def encode(self, values: np.ndarray) -> np.ndarray:
         """The group's attribute values (n, a) -> cells of the full table (C order)."""
@@ -650,18 +836,17 @@ class StrategyMatrix:
         return np.ravel_multi_index(tuple(arr.T), self.sizes).astype(np.int64)
 
     def perturb(self, inputs: ArrayLike, *, rng: RNGLike = None) -> np.ndarray:
-        """One output per user, int64 (n,): inverse-CDF sampling of her column with one
-        uniform draw each (OS entropy when ``rng`` is None); a loop over distinct cells."""
+        """One output per user, int64 (n,): u = uniform63, o the first row whose cumulative
+        weight in her column exceeds u (exactly W[o, x] / 2^63); a loop over distinct cells."""
         x = np.asarray(inputs, dtype=np.int64).ravel()
         check_range(x, self.matrix.shape[1], "matrix inputs")
-        u = np.asarray(client_rng(rng).random(x.size), dtype=np.float64)
+        u = uniform63(client_rng(rng), x.size)
         out = np.empty(x.size, dtype=np.int64)
         order = np.argsort(x, kind="stable")
         cells, starts = np.unique(x[order], return_index=True)
         for cell, users in zip(cells.tolist(), np.split(order, starts[1:]), strict=True):
-            cdf = self._cumulative[:, cell]
-            out[users] = np.searchsorted(cdf, u[users] * cdf[-1], side="right")
-        return np.minimum(out, self.size - 1)
+            out[users] = np.searchsorted(self._cumulative[:, cell], u[users], side="right")
+        return out
 
     def check(self, reports: ArrayLike) -> np.ndarray:
         """Raise unless the reports are a 1-D integer array of outputs in 0..m-1."""
@@ -677,8 +862,8 @@ class StrategyMatrix:
         return np.bincount(self.check(reports), minlength=self.size).astype(np.int64)
 
     def output_distribution(self, value: int) -> np.ndarray:
-        """P[o | cell] for o = 0..m-1: the cell's normalized column."""
-        return np.array(self.matrix[:, int(value)])
+        """P[o | cell] for o = 0..m-1: the cell's column over 2^63."""
+        return np.array(self.probabilities[:, int(value)])
 
 
 @lru_cache(maxsize=4)
@@ -694,28 +879,51 @@ KNOWN = (*sorted(ORACLES), *FORMATS)
 
 
 def group_oracle(plan: Plan, group: int) -> Any:
-    """Group ``group``'s frequency oracle or report format, from the plan alone."""
+    """Group ``group``'s report format (:class:`CellReports` for a frequency oracle), from
+    the plan alone; a memoized plan's groups must be memoizable (grr, oue, sue, em)."""
     spec = plan.groups[group]
-    if spec.oracle in ORACLES:
-        return make_oracle(spec.oracle, spec.epsilon, spec.cells)
     sizes = tuple(plan.domain.size(a) for a in spec.attributes)
+    longitudinal = plan.longitudinal
+    if longitudinal is not None and spec.oracle not in (*MEMOIZED, "em"):
+        raise DPMarginalsError(f"groups[{group}].oracle = {spec.oracle!r} cannot be memoized "
+                               f"(longitudinal_epsilon = {longitudinal!r}): only "
+                               f"{[*MEMOIZED, 'em']} can; plan without longitudinal_epsilon")
+    if spec.oracle in ORACLES:
+        if longitudinal is None:
+            return CellReports(make_oracle(spec.oracle, spec.epsilon, spec.cells), sizes)
+        prr, inst, composed = memoized(spec.oracle, spec.epsilon, longitudinal, spec.cells)
+        return CellReports(composed, sizes, (prr, inst))
     if spec.oracle == "ht":
         support = plan.params.get("support", "attributes")
         return HadamardCoefficients(spec.epsilon, sizes, _int_param(plan, "k", 1), support)
     if spec.oracle == "cms":
-        return CountMeanSketch(spec.epsilon, sizes, _int_param(plan, "g", 1),
-                               _int_param(plan, "w", 2), _int_param(plan, "hash_seed", 0))
+        return CountMeanSketch(spec.epsilon, sizes, _int_param(plan, "w", 2),
+                               _hash_coefficients(plan))
     if spec.oracle == "em":
         names = plan.params.get("attribute_oracles")
         if not isinstance(names, list) or len(names) != len(plan.domain):
             raise DPMarginalsError(f"plan params.attribute_oracles must list one oracle per "
                                    f"attribute, got {names!r:.120}")
         chosen = tuple(str(names[plan.domain.index(a)]) for a in spec.attributes)
-        return AttributeReports(spec.epsilon, sizes, chosen, _int_param(plan, "k", 1))
+        return AttributeReports(spec.epsilon, sizes, chosen, _int_param(plan, "k", 1),
+                                longitudinal)
     if spec.oracle == "matrix":
         rows, chunks = _strategy_spec(plan.params.get("strategy"), spec.cells)
         return _strategy_format(spec.epsilon, chunks, rows, sizes)
     raise DPMarginalsError(f"oracle must be one of {list(KNOWN)}, got {spec.oracle!r}")
+
+
+def _hash_coefficients(plan: Plan) -> tuple[tuple[int, ...], ...]:
+    """The sketch hashes' coefficients: listed by the plan, or (version 1) drawn from its
+    ``hash_seed``."""
+    listed = plan.params.get("hash_coefficients")
+    if listed is None and plan.version == 1:
+        coef = sketch_coefficients(_int_param(plan, "hash_seed", 0), _int_param(plan, "g", 1))
+        return tuple(tuple(int(c) for c in row) for row in coef)
+    if not isinstance(listed, list) or not all(isinstance(r, list) for r in listed):
+        raise DPMarginalsError(f"plan params.hash_coefficients must be 3 lists of integers, "
+                               f"got {str(listed)[:80]!r}")
+    return tuple(tuple(r) for r in listed)
 
 
 def plan_oracles(plan: Plan) -> list[Any]:

@@ -1,31 +1,35 @@
-"""The device's privacy ledger: what this device reported, and how much epsilon it spent.
+"""The device's privacy ledger: what this device saw, reported, memoized and spent.
 
-numpy and the standard library only, like :mod:`dpmarginals.protocol.client`, which consults it.
-One ledger belongs to one device (one user).  It remembers:
+numpy-free, standard library only.  One ledger belongs to one device (one user).  It
+remembers, in a JSON file written atomically (a temporary file in the same directory,
+fsync, ``os.replace``, then the directory fsynced), under an exclusive lock:
 
-* **one report per campaign**: asking again for a campaign gives back the stored report
-  (same report id, same payload), so a retry or a second request costs nothing;
-* **the group per plan hash**: the device keeps the group it first reported for a plan,
-  whatever group the server assigns in a later campaign of the same plan;
-* **the memoized randomization** (RAPPOR's permanent randomized response, Erlingsson et
-  al., CCS 2014): per (plan hash, group, cell of the group's marginal) the randomized
-  payload.  A later campaign of the same plan with the same value reuses it under a fresh
-  report id and is not charged; a changed value or another plan is a fresh, charged
-  randomization;
-* **the epsilon spent**: in total (basic sequential composition: the sum over distinct
-  randomizations) and per campaign (what that campaign added), with an optional total cap
-  ``max_total_epsilon`` checked before any randomization.
+* **campaigns** (key ``origin|campaign id``): the plan hash the device pinned on first
+  sight, the collection the campaign belongs to (its *root*: ``X`` for ``X``,
+  ``X.phase2``, ``X.phase3``, ...) and the one report it made, sent again on a retry;
+* **groups**: per plan hash, the group the device reports in every campaign of that plan;
+* **permanent responses**: per (family, value) -- the family names the group's
+  attributes, oracle and longitudinal epsilon -- the memoized randomized response of a
+  memoized plan (RAPPOR's PRR), which every later report of that value noises afresh;
+* **charges**: one event per report (time, campaign, per-report epsilon, and the
+  permanent response it came from, if any).
 
-The file (path chosen by the app, ``path=None`` keeps the ledger in memory) is JSON,
-written atomically (a temporary file in the same directory, fsync, ``os.replace``).  A
-file that cannot be read or parsed is an error naming it: the ledger is never reset
-silently, since that would forget the budget already spent.  It holds the memoized cells
-of the user's own record, so it belongs in the app's private storage.  One process at a
-time should use a given file.
+**What is charged.**  A report that is not memoized costs its per-report epsilon.  The
+reports that noise one permanent response together cost min(the sum of their per-report
+epsilons, the longitudinal epsilon): each is eps-LDP, and all of them are a function of
+the one permanent response, which is longitudinal-epsilon-LDP (basic composition, and
+post-processing; RAPPOR §4).  A changed value is another permanent response: charged
+afresh.  The total of a device is the sum over its reports and permanent responses; its
+spending in a period, the part of that charged within the period.  Sums are exact
+rationals of the float budgets, so every client decides alike.
 
->>> ledger = Ledger(None, max_total_epsilon=2.0)
->>> ledger.spent(), ledger.remaining()
-(0.0, 2.0)
+A file that cannot be read or parsed is an error naming it: the ledger is never reset
+silently, since that would forget the budget already spent.  It holds the user's own
+values (the permanent responses' keys), so it belongs in the app's private storage.
+
+>>> ledger = Ledger(None)
+>>> ledger.total(), ledger.charge(None, 1.0)
+(Fraction(0, 1), Fraction(1, 1))
 """
 
 from __future__ import annotations
@@ -34,20 +38,28 @@ import contextlib
 import json
 import math
 import os
+import re
 import tempfile
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 from ..core.errors import DPMarginalsError
 
+try:  # POSIX: one process at a time reads-and-writes a ledger
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: callers keep one process per ledger
+    fcntl = None  # type: ignore[assignment]
+
 __all__ = ["LEDGER_FORMAT", "LEDGER_VERSION", "BudgetExceeded", "Ledger", "LedgerError",
-           "PlanRefused"]
+           "PlanRefused", "campaign_root"]
 
 LEDGER_FORMAT = "dpmarginals.ledger"
-LEDGER_VERSION = 1
-_TOLERANCE = 1e-9  # relative slack when comparing sums of floats with a cap
+LEDGER_VERSION = 2
 _REPORT_KEYS = frozenset({"version", "plan_hash", "group", "payload", "report_id"})
+_PHASE = re.compile(r"^(?P<root>.+)\.phase(?P<phase>[0-9]+)$")
 
 
 class PlanRefused(DPMarginalsError):
@@ -59,26 +71,32 @@ class LedgerError(DPMarginalsError):
 
 
 class BudgetExceeded(DPMarginalsError):
-    """A fresh randomization would take the device past its ``max_total_epsilon``."""
+    """A report would take the device past one of its caps (no draw was made)."""
 
 
-def _finite(value: object, field: str, *, positive: bool) -> float:
+def campaign_root(campaign: str) -> str:
+    """The collection a campaign id belongs to: ``X`` for ``X.phase2`` (a later phase of an
+    adaptive collection), else the id itself.
+
+    >>> campaign_root("flu.phase3"), campaign_root("flu")
+    ('flu', 'flu')
+    """
+    match = _PHASE.match(campaign)
+    return match.group("root") if match and int(match.group("phase")) >= 2 else campaign
+
+
+def _finite(value: object, field: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise DPMarginalsError(f"{field} must be a number, got {value!r}")
     out = float(value)
-    if not math.isfinite(out) or out < 0 or (positive and out == 0):
-        raise DPMarginalsError(f"{field} must be a finite number "
-                               f"{'> 0' if positive else '>= 0'}, got {value!r}")
+    if not math.isfinite(out) or out < 0:
+        raise DPMarginalsError(f"{field} must be a finite number >= 0, got {value!r}")
     return out
 
 
-def _is_index(value: object) -> bool:
-    return type(value) is int and value >= 0
-
-
 def _empty() -> dict[str, Any]:
-    return {"format": LEDGER_FORMAT, "version": LEDGER_VERSION, "groups": {},
-            "randomizations": [], "campaigns": {}}
+    return {"format": LEDGER_FORMAT, "version": LEDGER_VERSION, "campaigns": {},
+            "groups": {}, "permanent": {}, "charges": []}
 
 
 def _refuse_constant(name: str) -> float:
@@ -86,18 +104,13 @@ def _refuse_constant(name: str) -> float:
 
 
 class Ledger:
-    """One device's record of its reports and spent epsilon (JSON file, or memory).
-
-    ``path=None`` keeps it in memory (tests).  ``max_total_epsilon``, if given, is the most
-    the device will ever spend in total; a fresh randomization beyond it raises
-    :class:`BudgetExceeded` before any random draw.
-    """
+    """One device's record (a JSON file, or memory with ``path=None``); see the module
+    docstring.  ``clock`` gives the time charges are recorded at (seconds)."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *,
-                 max_total_epsilon: float | None = None) -> None:
+                 clock: Callable[[], float] = time.time) -> None:
         self.path = None if path is None else Path(path)
-        self.max_total_epsilon = (None if max_total_epsilon is None else
-                                  _finite(max_total_epsilon, "max_total_epsilon", positive=True))
+        self.clock = clock
         self._data = self._read()
 
     # -- reading and writing ---------------------------------------------------------------
@@ -126,36 +139,69 @@ class Ledger:
         return data
 
     def reload(self) -> None:
-        """Read the file again (after another process wrote it)."""
+        """Read the file again (another process may have written it)."""
         self._data = self._read()
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the ledger's lock (a ``.lock`` file beside it) and read it afresh: a
+        check-then-charge inside is atomic against other processes of the device."""
+        if self.path is None or fcntl is None:
+            yield
+            return
+        lock = self.path.with_name(self.path.name + ".lock")
+        try:
+            handle = open(lock, "a")  # noqa: SIM115
+        except OSError as exc:
+            raise LedgerError(f"cannot lock {self._where()}: {exc}") from None
+        with handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                for stale in self.path.parent.glob(f".{self.path.name}.*.tmp"):
+                    with contextlib.suppress(OSError):  # a writer killed mid-write left it
+                        stale.unlink()
+                self.reload()
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
     def _validate(self, data: object) -> None:
         """Raise :class:`LedgerError` unless ``data`` has the ledger's structure."""
         if not isinstance(data, dict) or data.get("format") != LEDGER_FORMAT:
             raise self._corrupt(f"not a {LEDGER_FORMAT} object")
         if data.get("version") != LEDGER_VERSION:
-            raise self._corrupt(f"version {data.get('version')!r} is not {LEDGER_VERSION}")
-        groups, memos, campaigns = (data.get(k) for k in ("groups", "randomizations",
-                                                            "campaigns"))
-        if not isinstance(groups, dict) or not all(_is_index(g) for g in groups.values()):
+            raise self._corrupt(f"version {data.get('version')!r} is not {LEDGER_VERSION}; "
+                                "this dpmarginals keeps permanent responses, not payloads")
+        campaigns, groups, permanent, charges = (data.get(k) for k in (
+            "campaigns", "groups", "permanent", "charges"))
+        if not (isinstance(campaigns, dict) and isinstance(groups, dict)
+                and isinstance(permanent, dict) and isinstance(charges, list)):
+            raise self._corrupt("'campaigns', 'groups', 'permanent' must be objects and "
+                                "'charges' a list")
+        if not all(type(g) is int and g >= 0 for g in groups.values()):
             raise self._corrupt("'groups' must map plan hashes to group indices")
-        if not isinstance(memos, list) or not isinstance(campaigns, dict):
-            raise self._corrupt("'randomizations' must be a list and 'campaigns' an object")
+        for key, entry in campaigns.items():
+            report = entry.get("report") if isinstance(entry, dict) else None
+            if not (isinstance(entry, dict) and isinstance(entry.get("plan_hash"), str)
+                    and isinstance(entry.get("root"), str)
+                    and (report is None or (isinstance(report, dict)
+                                            and report.keys() == _REPORT_KEYS
+                                            and report["plan_hash"] == entry["plan_hash"]))):
+                raise self._corrupt(f"campaign {key!r} is malformed")
+        for key, memo in permanent.items():
+            if not (isinstance(memo, dict) and "response" in memo):
+                raise self._corrupt(f"permanent response {key!r} is malformed")
+            self._number(memo.get("longitudinal"), f"permanent[{key!r}].longitudinal")
+        for i, event in enumerate(charges):
+            if not (isinstance(event, dict) and isinstance(event.get("campaign"), str)
+                    and (event.get("permanent") is None or event["permanent"] in permanent)):
+                raise self._corrupt(f"charges[{i}] is malformed")
+            self._number(event.get("epsilon"), f"charges[{i}].epsilon")
+            self._number(event.get("time"), f"charges[{i}].time")
+
+    def _number(self, value: object, field: str) -> float:
         try:
-            for i, memo in enumerate(memos):
-                if not (isinstance(memo, dict) and isinstance(memo.get("plan_hash"), str)
-                        and _is_index(memo.get("group")) and _is_index(memo.get("cell"))
-                        and "payload" in memo):
-                    raise self._corrupt(f"randomizations[{i}] is malformed")
-                _finite(memo.get("epsilon"), f"randomizations[{i}].epsilon", positive=True)
-            for key, entry in campaigns.items():
-                report = entry.get("report") if isinstance(entry, dict) else None
-                if not (isinstance(report, dict) and report.keys() == _REPORT_KEYS
-                        and report["plan_hash"] == entry.get("plan_hash")):
-                    raise self._corrupt(f"campaign {key!r} is malformed")
-                _finite(entry.get("epsilon"), f"campaign {key!r} epsilon", positive=False)
-        except LedgerError:
-            raise
+            return _finite(value, field)
         except DPMarginalsError as exc:
             raise self._corrupt(str(exc)) from None
 
@@ -187,85 +233,107 @@ class Ledger:
                 raise LedgerError(f"cannot write {self._where()}: {exc}") from None
         self._data = data
 
-    # -- queries ---------------------------------------------------------------------------
-    def spent(self, campaign: str | None = None) -> float:
-        """Epsilon spent in total, or what ``campaign`` added (0.0 if it reused a memo)."""
-        if campaign is None:
-            return math.fsum(m["epsilon"] for m in self._data["randomizations"])
-        entry = self._data["campaigns"].get(campaign)
-        return 0.0 if entry is None else float(entry["epsilon"])
+    def _copy(self) -> dict[str, Any]:
+        return json.loads(json.dumps(self._data))
 
-    def remaining(self) -> float | None:
-        """What is left under ``max_total_epsilon`` (None without a cap)."""
-        if self.max_total_epsilon is None:
-            return None
-        return max(self.max_total_epsilon - self.spent(), 0.0)
+    # -- what was spent --------------------------------------------------------------------
+    def _event_charges(self) -> list[tuple[float, Fraction]]:
+        """(time, charge) of every report event, in the order they were made."""
+        used: dict[str, Fraction] = {}
+        out = []
+        for event in self._data["charges"]:
+            eps, memo = Fraction(event["epsilon"]), event.get("permanent")
+            if memo is None:
+                charge = eps
+            else:
+                cap = Fraction(self._data["permanent"][memo]["longitudinal"])
+                before = used.get(memo, Fraction(0))
+                used[memo] = before + eps
+                charge = min(before + eps, cap) - min(before, cap)
+            out.append((float(event["time"]), charge))
+        return out
+
+    def total(self) -> Fraction:
+        """Epsilon spent over the device's life, exactly."""
+        return sum((c for _, c in self._event_charges()), Fraction(0))
+
+    def spent_since(self, since: float) -> Fraction:
+        """Epsilon charged after time ``since`` (a window (since, now])."""
+        return sum((c for t, c in self._event_charges() if t > since), Fraction(0))
+
+    def spent(self, campaign: str | None = None) -> float:
+        """Epsilon spent in total, or what ``campaign`` (its ledger key) added."""
+        if campaign is None:
+            return float(self.total())
+        charges = self._event_charges()
+        return float(sum((c for (_, c), e in zip(charges, self._data["charges"], strict=True)
+                          if e["campaign"] == campaign), Fraction(0)))
+
+    def charge(self, permanent: str | None, epsilon: float) -> Fraction:
+        """What a report at per-report ``epsilon`` would add now, from the permanent
+        response ``permanent`` (None: not memoized) (its longitudinal cap is known once it
+        exists; a new one is charged ``epsilon``, at most its own cap)."""
+        eps = Fraction(epsilon)
+        if permanent is None or permanent not in self._data["permanent"]:
+            return eps
+        cap = Fraction(self._data["permanent"][permanent]["longitudinal"])
+        before = sum((Fraction(e["epsilon"]) for e in self._data["charges"]
+                      if e.get("permanent") == permanent), Fraction(0))
+        return min(before + eps, cap) - min(before, cap)
+
+    # -- campaigns ---------------------------------------------------------------------------
+    def campaign(self, key: str) -> dict[str, Any] | None:
+        """The campaign's entry (plan hash, root, report) or None (a copy)."""
+        entry = self._data["campaigns"].get(key)
+        return None if entry is None else json.loads(json.dumps(entry))
 
     def campaigns(self) -> dict[str, dict[str, Any]]:
-        """Per campaign: its plan hash, the epsilon it added and the report sent (a copy)."""
-        return json.loads(json.dumps(self._data["campaigns"]))
-
-    def stored_report(self, campaign: str, plan_hash: str) -> dict[str, Any] | None:
-        """The report already made for ``campaign``, or None.
-
-        A campaign whose plan changed since is refused: the device reports once per campaign.
-        """
-        entry = self._data["campaigns"].get(campaign)
-        if entry is None:
-            return None
-        if entry["plan_hash"] != plan_hash:
-            raise PlanRefused(f"plan refused: campaign {campaign!r} was already reported under "
-                              f"plan {entry['plan_hash'][:12]}, the server now shows plan "
-                              f"{plan_hash[:12]}")
-        return dict(entry["report"])
+        """Every campaign's entry (a copy)."""
+        return self._copy()["campaigns"]
 
     def group_of(self, plan_hash: str) -> int | None:
         """The group this device reports for the plan ``plan_hash`` (None: not yet chosen)."""
         group = self._data["groups"].get(plan_hash)
         return None if group is None else int(group)
 
-    def memoized_payload(self, plan_hash: str, group: int, cell: int) -> Any | None:
-        """The memoized randomized payload of ``cell`` in ``group`` of the plan, or None."""
-        for memo in self._data["randomizations"]:
-            if (memo["plan_hash"], memo["group"], memo["cell"]) == (plan_hash, group, cell):
-                return json.loads(json.dumps(memo["payload"]))
-        return None
+    def permanent_response(self, key: str) -> Any | None:
+        """The memoized permanent response ``key`` (family and value), or None."""
+        memo = self._data["permanent"].get(key)
+        return None if memo is None else json.loads(json.dumps(memo["response"]))
 
-    def check_budget(self, epsilon: float) -> None:
-        """Raise :class:`BudgetExceeded` if a fresh ``epsilon`` would pass the total cap."""
-        cap = self.max_total_epsilon
-        if cap is None:
+    def pin(self, key: str, root: str, plan_hash: str) -> None:
+        """Pin campaign ``key`` (of collection ``root``) to ``plan_hash`` (first sight)."""
+        entry = self._data["campaigns"].get(key)
+        if entry is not None:
+            if entry["plan_hash"] != plan_hash:
+                raise PlanRefused(f"plan refused: campaign {key!r} is pinned to plan "
+                                  f"{entry['plan_hash'][:12]}, not {plan_hash[:12]}")
             return
-        total = self.spent()
-        if total + epsilon > cap * (1 + _TOLERANCE):
-            raise BudgetExceeded(f"max_total_epsilon = {cap:g} refuses a fresh randomization: "
-                                 f"spent {total:g} + epsilon {epsilon:g} > {cap:g}")
+        data = self._copy()
+        data["campaigns"][key] = {"plan_hash": plan_hash, "root": root, "report": None,
+                                  "pinned_at": self.clock()}
+        self._write(data)
 
-    # -- recording -------------------------------------------------------------------------
-    def record(self, campaign: str, report: Mapping[str, Any], *, cell: int, epsilon: float,
-               fresh: bool, requested_group: int | None = None) -> None:
-        """Store ``report`` as the campaign's one report, before it leaves the device.
-
-        ``fresh``: the payload is a new randomization of ``cell`` (charged ``epsilon`` and
-        memoized); otherwise it reused the memo (charged nothing).  ``requested_group``
-        notes a group the server asked for but the device did not take.
-        """
-        if campaign in self._data["campaigns"]:
-            raise DPMarginalsError(f"campaign {campaign!r} already has its report")
-        eps = _finite(epsilon, "epsilon", positive=True)
+    def record(self, key: str, report: Mapping[str, Any], *, epsilon: float,
+               permanent: tuple[str, Any, float] | None = None) -> None:
+        """Store ``report`` as campaign ``key``'s one report and charge it, in one atomic
+        write, before the report leaves the device.  ``permanent``: (key, response,
+        longitudinal epsilon) of the permanent response it noised (stored if new)."""
+        entry = self._data["campaigns"].get(key)
+        if entry is None or entry["report"] is not None:
+            raise DPMarginalsError(f"campaign {key!r} is not pinned, or already reported")
         plan_hash, group = str(report["plan_hash"]), int(report["group"])
-        data = json.loads(json.dumps(self._data))
+        data = self._copy()
         known = data["groups"].setdefault(plan_hash, group)
         if known != group:
             raise DPMarginalsError(f"plan {plan_hash[:12]} is reported in group {known}, "
                                    f"not {group}")
-        if fresh:
-            data["randomizations"].append({"plan_hash": plan_hash, "group": group,
-                                           "cell": int(cell), "payload": report["payload"],
-                                           "epsilon": eps, "first_campaign": campaign})
-        entry: dict[str, Any] = {"plan_hash": plan_hash, "epsilon": eps if fresh else 0.0,
-                                 "reused": not fresh, "report": dict(report)}
-        if requested_group is not None and requested_group != group:
-            entry["requested_group"] = int(requested_group)
-        data["campaigns"][campaign] = entry
+        memo = None
+        if permanent is not None:
+            memo, response, longitudinal = permanent
+            data["permanent"].setdefault(memo, {"response": response,
+                                                "longitudinal": float(longitudinal)})
+        data["campaigns"][key]["report"] = dict(report)
+        data["charges"].append({"time": self.clock(), "campaign": key,
+                                "epsilon": float(epsilon), "permanent": memo})
         self._write(data)

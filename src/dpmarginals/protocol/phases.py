@@ -34,11 +34,8 @@ def check_next_phase(campaign: str, plan: Plan) -> None:
 
 
 def earlier_hashes(plan: Plan) -> list[Any]:
-    """The hashes of the earlier phases' plans that a later phase's plan names, in order (a
-    phase-2 plan made before ``earlier_hashes`` existed names phase 1's as ``phase1_hash``)."""
+    """The hashes of the earlier phases' plans that a later phase's plan names, in order."""
     said = plan.params.get("earlier_hashes")
-    if said is None and phase_of(plan) == 2:
-        said = [plan.params.get("phase1_hash")]
     return list(said) if isinstance(said, list) else []
 
 

@@ -71,7 +71,7 @@ def synopsis_from_counts(
     synopsis.provenance = Provenance(
         True, "local", plan.method, plan.epsilon, plan_hash=plan.hash,
         unit="one device: each report is one device's record, randomized on the device",
-        randomness="made on the clients' devices (dpmarginals.protocol.client draws from the OS "
+        randomness="made on the clients' devices (dpmarginals.protocol.device draws from the OS "
         "CSPRNG); the aggregator cannot verify how a report was made")
     return synopsis
 

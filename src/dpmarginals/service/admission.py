@@ -2,8 +2,8 @@
 
 * :func:`admit_plan`: a campaign's plan, validated on creation so that nothing accepted can
   fail later: every text valid UTF-8 (no lone surrogate), sizes bounded, every budget
-  finite and within the client's range (:func:`~dpmarginals.protocol.client.check_plan`
-  with the device cap at :data:`~dpmarginals.protocol.client.EPSILON_CEILING`: a plan no
+  finite and within the client's range (:func:`~dpmarginals.protocol.checks.check_plan`
+  with the device cap at :data:`~dpmarginals.core.errors.EPSILON_CEILING`: a plan no
   client would accept is refused here), reports encodable (``PlanCodec``), and a method
   that can release from counts (``methods.for_plan``).
 * :func:`check_structure`: a cheap bound on the JSON a report body may hold, applied to the
@@ -80,10 +80,11 @@ def admit_plan(spec: Any) -> Plan:
     >>> admit_plan(bad.to_dict())  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    dpmarginals.service.admission.PlanRejected: groups[0].epsilon = 1e+308 exceeds 20.0, ...
+    dpmarginals.service.admission.PlanRejected: groups[0].epsilon = 1e+308 exceeds 20, ...
     """
+    from ..core.errors import EPSILON_CEILING
     from ..methods import for_plan
-    from ..protocol.client import EPSILON_CEILING, check_plan
+    from ..protocol.checks import check_plan
     from ..protocol.reports import PlanCodec
 
     if not isinstance(spec, Mapping):

@@ -76,7 +76,8 @@ def check_counts(plan: Plan, counts: Counts, *, alpha: float = 1e-6) -> list[Fla
     """
     from scipy import stats
 
-    from ..oracles import ORACLES, make_oracle
+    from ..oracles import ORACLES
+    from ..protocol.formats import group_oracle
 
     checked = [(g, spec) for g, spec in enumerate(plan.groups)  # frequency oracles only
                if spec.oracle in ORACLES and g < counts.m
@@ -89,7 +90,7 @@ def check_counts(plan: Plan, counts: Counts, *, alpha: float = 1e-6) -> list[Fla
     level = alpha / tests
     flags = []
     for g, spec in checked:
-        oracle = make_oracle(spec.oracle, spec.epsilon, spec.cells)
+        oracle = group_oracle(plan, g).oracle  # a memoized plan's: the composed law
         n = int(counts.users[g])
         support = counts.supports[g]
         p = max(float(oracle.p), float(oracle.q))

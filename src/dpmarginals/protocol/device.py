@@ -1,0 +1,314 @@
+"""The device: one user's rules, enforced from her own records whatever the server sends.
+
+numpy and the standard library only, so it can ship inside an app.  A :class:`Device` is
+a :class:`~.ledger.Ledger` and three caps the device's owner sets, all required but the
+period cap: ``max_epsilon`` (what one report may reveal), ``max_total_epsilon`` (what the
+device ever spends) and ``max_period_epsilon`` per ``period_seconds`` (e.g. a day).  One
+report, :meth:`Device.report`, in this order -- everything before step 6 draws nothing
+random, and a refusal is one line (:class:`~.ledger.PlanRefused`,
+:class:`~.ledger.BudgetExceeded`):
+
+1. :func:`~.checks.check_plan` against ``max_epsilon`` (the hash, every field);
+2. the campaign (``origin`` + id) is pinned to the plan it first showed: another plan
+   under that id is refused, and a campaign already reported gives back its stored report
+   (nothing charged, nothing drawn);
+3. one phase per collection: a device that reported in any phase of a collection (``X``,
+   ``X.phase2``, ...) refuses every other phase from its own ledger, whatever the plan
+   says; a later phase must chain from (name in ``params.earlier_hashes``) every earlier
+   phase plan the device pinned;
+4. the group: the one this device keeps for the plan, else the server's, else a uniform
+   draw (OS entropy; checked against the caps at the worst case first);
+5. the charge -- the report's epsilon, or for a memoized plan what the report adds to its
+   permanent response's min(sum, longitudinal epsilon) -- against the total and the
+   period caps;
+6. the randomization (OS entropy only): a memoized plan's permanent response is drawn
+   once per (family, value) and kept; every report adds fresh instantaneous noise;
+7. the ledger stores the report and its charge atomically before it is returned.
+
+A server that mints campaigns (fresh ids, re-minted plans) gets a fresh report each time,
+and each is charged: ``max_total_epsilon`` (and the period cap) is what bounds it.
+
+>>> from dpmarginals.core.domain import Domain
+>>> from dpmarginals.protocol.plan import GroupSpec, Plan
+>>> plan = Plan("calm", 1.0, Domain(("sex", "age"), (2, 3)),
+...             (GroupSpec(("sex", "age"), "oue", 1.0, 6),), longitudinal=4.0)
+>>> phone = Device(None, max_epsilon=1.0, max_total_epsilon=3.0)
+>>> first = phone.report(plan, {"sex": 1, "age": 2}, origin="https://a.example", campaign="c1")
+>>> again = phone.report(plan, {"sex": 1, "age": 2}, origin="https://a.example", campaign="c2")
+>>> first["report_id"] != again["report_id"], float(phone.ledger.total())
+(True, 2.0)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from ..core.errors import DPMarginalsError
+from ..core.randomness import SecureRandom
+from .checks import check_plan, device_cap, refused
+from .ledger import BudgetExceeded, Ledger, LedgerError, campaign_root
+from .phases import earlier_hashes
+from .plan import Plan, canonical
+from .reports import PlanCodec, ReportError
+
+__all__ = ["DAY", "AssignmentIgnored", "Device", "choose_group", "codec", "record_row"]
+
+DAY = 86_400.0
+_SLACK = Fraction(1, 1 << 40)  # relative: sums of float budgets meet float caps
+_codecs: dict[str, PlanCodec] = {}
+
+
+class AssignmentIgnored(UserWarning):
+    """The device kept its group for a plan instead of the group it was given."""
+
+
+def codec(plan: Plan) -> PlanCodec:
+    """The (cached) :class:`~.reports.PlanCodec` of ``plan``."""
+    out = _codecs.get(plan.hash)
+    if out is None:
+        if len(_codecs) > 64:
+            _codecs.clear()
+        out = _codecs[plan.hash] = PlanCodec(plan)
+    return out
+
+
+def choose_group(plan: Plan) -> int:
+    """A uniformly random group, from the OS's entropy."""
+    return secrets.randbelow(plan.m)
+
+
+def record_row(plan: Plan, record: Mapping[str, Any] | Sequence[Any] | np.ndarray,
+               attributes: Sequence[str]) -> np.ndarray:
+    """The record as one row of codes in domain order (only ``attributes`` are read): a
+    value is an integer code, or, where the plan's domain declares them, one of the
+    attribute's labels ("female") or a raw number its bins cut (an age of 37)."""
+    dom = plan.domain
+    row = np.zeros(len(dom), dtype=np.int64)
+    if isinstance(record, Mapping):
+        missing = [a for a in attributes if a not in record]
+        if missing:
+            raise DPMarginalsError(f"the record lacks the attributes {missing}")
+        items = [(dom.index(a), record[a]) for a in attributes]
+    else:
+        values = list(np.asarray(record, dtype=object).ravel())
+        if len(values) != len(dom):
+            raise DPMarginalsError(f"a record needs {len(dom)} values in the domain's order "
+                                   f"{list(dom.attributes)}, got {len(values)}")
+        items = [(dom.index(a), values[dom.index(a)]) for a in attributes]
+    for i, value in items:
+        labels = dom.labels[i]
+        if labels is not None and (isinstance(value, str) or labels.bins is not None):
+            row[i] = labels.code_of(dom.attributes[i], value)  # the user's own value
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | np.integer):
+            raise DPMarginalsError(f"attribute {dom.attributes[i]!r} must be an integer code"
+                                   f"{' or one of its labels' if labels else ''}, got {value!r}")
+        if not 0 <= value < dom.sizes[i]:
+            raise DPMarginalsError(f"value {value} of attribute {dom.attributes[i]!r} is "
+                                   f"outside its domain 0..{dom.sizes[i] - 1}")
+        row[i] = int(value)
+    return row
+
+
+def family(plan: Plan, group: int) -> str:
+    """The permanent responses a group's reports share: its attributes (with their declared
+    values), oracle(s) and longitudinal epsilon, hashed.  Any plan whose group has the
+    same family noises the same permanent response of an unchanged value."""
+    spec = plan.groups[group]
+    body: dict[str, Any] = {
+        "attributes": [[a, plan.domain.project((a,)).to_dict()[a]] for a in spec.attributes],
+        "oracle": spec.oracle, "longitudinal_epsilon": plan.longitudinal}
+    if spec.oracle == "em":
+        names = plan.params.get("attribute_oracles", [])
+        body["attribute_oracles"] = [names[plan.domain.index(a)] for a in spec.attributes]
+    return hashlib.sha256(canonical(body)).hexdigest()[:32]
+
+
+def _value_key(inputs: np.ndarray, sizes: Sequence[int]) -> int:
+    """One integer per distinct input: the cell, or em's values in mixed radix."""
+    flat = [int(v) for v in np.asarray(inputs).ravel()]
+    if len(flat) == 1:
+        return flat[0]
+    key = 0
+    for value, size in zip(flat, sizes, strict=True):
+        key = key * size + value
+    return key
+
+
+class Device:
+    """One device's caps and ledger (module docstring).
+
+    ``ledger``: a :class:`~.ledger.Ledger`, a file path, or None (in memory: tests).
+    """
+
+    def __init__(self, ledger: Ledger | str | os.PathLike[str] | None, *, max_epsilon: float,
+                 max_total_epsilon: float, max_period_epsilon: float | None = None,
+                 period_seconds: float = DAY, clock: Callable[[], float] = time.time) -> None:
+        self.max_epsilon = device_cap(max_epsilon)
+        self.max_total_epsilon = device_cap(max_total_epsilon, "max_total_epsilon")
+        self.max_period_epsilon = (None if max_period_epsilon is None
+                                   else device_cap(max_period_epsilon, "max_period_epsilon"))
+        self.period_seconds = device_cap(period_seconds, "period_seconds")
+        self.ledger = ledger if isinstance(ledger, Ledger) else Ledger(ledger, clock=clock)
+        self.clock = self.ledger.clock
+
+    # -- the checks ---------------------------------------------------------------------------
+    def accept(self, plan: Any, *, origin: str, campaign: str) -> Plan:
+        """The plan if this device would report under it now (steps 1-3 of the module
+        docstring; the campaign is pinned), else one-line :class:`PlanRefused`."""
+        with self.ledger.locked():
+            return self._accept(plan, origin, campaign)[0]
+
+    def _accept(self, source: Any, origin: str, campaign: str
+                ) -> tuple[Plan, str, dict[str, Any] | None]:
+        if not isinstance(campaign, str) or not campaign:
+            raise DPMarginalsError(f"a campaign id is required, got {campaign!r}")
+        if not isinstance(origin, str) or not origin:
+            raise DPMarginalsError(f"the server's origin is required, got {origin!r}")
+        plan = check_plan(source, self.max_epsilon)
+        key, root = f"{origin}|{campaign}", f"{origin}|{campaign_root(campaign)}"
+        entry = self.ledger.campaign(key)
+        if entry is not None and entry["plan_hash"] != plan.hash:
+            raise refused(f"campaign {campaign!r} at {origin} is pinned to plan "
+                          f"{entry['plan_hash'][:12]} (first seen), the server now shows "
+                          f"{plan.hash[:12]}")
+        if entry is not None and entry["report"] is not None:
+            return plan, key, entry["report"]
+        siblings = {k: e for k, e in self.ledger.campaigns().items()
+                    if e["root"] == root and k != key}
+        done = sorted(k for k, e in siblings.items() if e["report"] is not None)
+        if done:
+            raise refused(f"this device reported in {done[0].split('|', 1)[1]!r}, a phase of "
+                          f"the same collection as {campaign!r}: each user reports in one "
+                          "phase")
+        chained = set(map(str, earlier_hashes(plan)))
+        unchained = sorted(e["plan_hash"] for e in siblings.values()
+                           if e["plan_hash"] not in chained)
+        if unchained:
+            raise refused(f"campaign {campaign!r} does not chain from the plan "
+                          f"{unchained[0][:12]} this device pinned for its collection "
+                          "(params.earlier_hashes must name it)")
+        self.ledger.pin(key, root, plan.hash)
+        return plan, key, None
+
+    def _check_caps(self, charge: Fraction) -> None:
+        """Raise :class:`BudgetExceeded` if ``charge`` more would pass a cap."""
+        total = self.ledger.total()
+        cap = Fraction(self.max_total_epsilon)
+        if total + charge > cap * (1 + _SLACK):
+            raise BudgetExceeded(f"max_total_epsilon = {self.max_total_epsilon:g} refuses this "
+                                 f"report: spent {float(total):g} + {float(charge):g} > "
+                                 f"{self.max_total_epsilon:g}")
+        if self.max_period_epsilon is not None:
+            recent = self.ledger.spent_since(self.clock() - self.period_seconds)
+            if recent + charge > Fraction(self.max_period_epsilon) * (1 + _SLACK):
+                raise BudgetExceeded(
+                    f"max_period_epsilon = {self.max_period_epsilon:g} per "
+                    f"{self.period_seconds:g} s refuses this report: spent {float(recent):g} "
+                    f"in the period + {float(charge):g} > {self.max_period_epsilon:g}")
+
+    def stored_report(self, *, origin: str, campaign: str) -> dict[str, Any] | None:
+        """The report this device already made for the campaign, or None."""
+        entry = self.ledger.campaign(f"{origin}|{campaign}")
+        return None if entry is None or entry["report"] is None else dict(entry["report"])
+
+    def check_charge(self, plan: Plan, record: Mapping[str, Any] | Sequence[Any] | np.ndarray,
+                     group: int | None) -> None:
+        """Raise :class:`BudgetExceeded` unless the caps can pay for a report in ``group``
+        (None: any group, at the worst case, the plan's epsilon); nothing is drawn."""
+        if group is None or plan.longitudinal is None:
+            self._check_caps(Fraction(plan.epsilon))
+            return
+        plan_codec = codec(plan)
+        row = record_row(plan, record, plan.groups[group].attributes)
+        inputs = plan_codec.inputs(group, row[None, :])
+        sizes = plan.domain.project(plan.groups[group].attributes).sizes
+        memo = f"{family(plan, group)}:{_value_key(inputs, sizes)}"
+        self._check_caps(self.ledger.charge(memo, plan.epsilon))
+
+    # -- one report ---------------------------------------------------------------------------
+    def report(self, plan: Any, record: Mapping[str, Any] | Sequence[Any] | np.ndarray, *,
+               origin: str, campaign: str, group: int | None = None) -> dict[str, Any]:
+        """This device's report for ``campaign`` at ``origin`` (module docstring): ``group``
+        is the server's assignment (ignored, with :class:`AssignmentIgnored`, when the
+        device keeps another group for this plan)."""
+        with self.ledger.locked():
+            checked, key, stored = self._accept(plan, origin, campaign)
+            if stored is not None:
+                return dict(stored)
+            return self._fresh(checked, key, record, group)
+
+    def _fresh(self, plan: Plan, key: str, record: Any, group: int | None) -> dict[str, Any]:
+        kept = self.ledger.group_of(plan.hash)
+        requested = None if group is None else _check_group(plan, group)
+        if kept is not None:
+            if not 0 <= kept < plan.m:
+                raise LedgerError(f"the ledger keeps group {kept} for plan {plan.hash[:12]}, "
+                                  f"which has {plan.m} groups")
+            if requested is not None and requested != kept:
+                warnings.warn(f"plan {plan.hash[:12]}: this device reports group {kept} in "
+                              f"every campaign of the plan, not the requested group "
+                              f"{requested}", AssignmentIgnored, stacklevel=3)
+            g = kept
+        elif requested is not None:
+            g = requested
+        else:
+            self._check_caps(Fraction(plan.epsilon))  # the worst case, before the draw
+            g = choose_group(plan)
+        plan_codec = codec(plan)
+        fmt = plan_codec.oracle(g)
+        row = record_row(plan, record, plan.groups[g].attributes)
+        inputs = plan_codec.inputs(g, row[None, :])
+        memo = None
+        if plan.longitudinal is not None:
+            sizes = plan.domain.project(plan.groups[g].attributes).sizes
+            memo = f"{family(plan, g)}:{_value_key(inputs, sizes)}"
+        self._check_caps(self.ledger.charge(memo, plan.epsilon))
+        src = SecureRandom()
+        group_codec = plan_codec.groups[g]
+        if memo is None:
+            native = fmt.perturb(inputs, rng=src)
+            kept_response = None
+        else:
+            response = self.ledger.permanent_response(memo)
+            if response is None:
+                permanent = fmt.permanent(inputs, src)
+                response = group_codec.payloads(permanent)[0]
+            else:
+                try:
+                    permanent = group_codec.native(group_codec.row(response))
+                except ReportError as exc:
+                    raise LedgerError(f"the ledger's permanent response {memo} is invalid: "
+                                      f"{exc}") from None
+            native = fmt.instantaneous(permanent, src)
+            kept_response = (memo, response, plan.longitudinal)
+        report = plan_codec.reports(g, native)[0]
+        self.ledger.record(key, report, epsilon=plan.epsilon, permanent=kept_response)
+        return report
+
+    # -- what is left -------------------------------------------------------------------------
+    def remaining(self) -> float:
+        """What is left under ``max_total_epsilon`` (and the period cap, if set)."""
+        left = Fraction(self.max_total_epsilon) - self.ledger.total()
+        if self.max_period_epsilon is not None:
+            recent = self.ledger.spent_since(self.clock() - self.period_seconds)
+            left = min(left, Fraction(self.max_period_epsilon) - recent)
+        return max(float(left), 0.0)
+
+
+def _check_group(plan: Plan, group: object) -> int:
+    if isinstance(group, bool) or not isinstance(group, int | np.integer):
+        raise DPMarginalsError(f"group must be an integer, got {group!r}")
+    if not 0 <= group < plan.m:
+        raise DPMarginalsError(f"group {group} is not one of the plan's groups 0..{plan.m - 1}")
+    return int(group)
+
