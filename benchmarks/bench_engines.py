@@ -43,8 +43,10 @@ from typing import Any
 import numpy as np
 
 from dpmarginals.core.domain import Domain
+from dpmarginals.core.randomness import client_rng
 from dpmarginals.oracles import make_oracle
 from dpmarginals.protocol.plan import GroupSpec, Plan
+from dpmarginals.protocol.randomizers import perturb
 
 CELLS = 64
 EPSILON = 1.0
@@ -76,7 +78,7 @@ def generate(oracle: str, n: int, root: Path) -> Path:
     with ReportWriter(plan, root, f"{oracle}-{n}") as writer:
         for start in range(0, n, GEN_CHUNK):
             size = min(GEN_CHUNK, n - start)
-            writer.write(0, o.perturb(_values(size, start), rng=start))
+            writer.write(0, perturb(o, _values(size, start), client_rng(start)))
     done.touch()
     return cdir
 
@@ -120,7 +122,7 @@ def worker_floor(oracle: str, n: int) -> dict[str, Any]:
         start = time.perf_counter()
         counts = np.bincount(data, minlength=CELLS)
     else:
-        parts = [o.perturb(_values(min(GEN_CHUNK, n - s), s), rng=s)
+        parts = [perturb(o, _values(min(GEN_CHUNK, n - s), s), client_rng(s))
                  for s in range(0, n, GEN_CHUNK)]
         data = np.concatenate(parts)
         del parts

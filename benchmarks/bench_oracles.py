@@ -25,8 +25,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpmarginals.core.randomness import RandomSource, SecureRandom
-from dpmarginals.oracles import bernoulli_words, make_oracle
+from dpmarginals.core.randomness import RandomSource, SecureRandom, client_rng
+from dpmarginals.oracles import make_oracle
+from dpmarginals.protocol.randomizers import perturb as _randomize
+from dpmarginals.protocol.samplers import byte_sampler
+
+
+def perturb(oracle, values: np.ndarray, rng) -> np.ndarray:
+    """The device's randomizer (one per report format, :mod:`dpmarginals.protocol`)."""
+    return _randomize(oracle, values, client_rng(rng))
 
 ORACLES = ("grr", "oue", "olh")
 
@@ -63,7 +70,7 @@ def bench_ours(name: str, values: np.ndarray, size: int, eps: float, rng, repeat
     n = values.size
 
     def run() -> np.ndarray:
-        return oracle.estimate(oracle.support(oracle.perturb(values, rng=rng)), n)
+        return oracle.estimate(oracle.support(perturb(oracle, values, rng)), n)
 
     seconds, est = _best_time(run, repeats)
     truth = np.bincount(values, minlength=size) / n
@@ -74,7 +81,7 @@ def phase_times(name: str, values: np.ndarray, size: int, eps: float, seed: int)
     """One markdown row: milliseconds of perturb, support and estimate for ours."""
     oracle = make_oracle(name, eps, size)
     start = time.process_time()
-    reports = oracle.perturb(values, rng=seed)
+    reports = perturb(oracle, values, seed)
     mid = time.process_time()
     support = oracle.support(reports)
     end = time.process_time()
@@ -133,7 +140,7 @@ def oue_strategies(values: np.ndarray, size: int, eps: float, seed: int, repeats
         return _bit_sliced_words(oracle.q, n * -(-size // 32), src)
 
     def table(src: RandomSource) -> np.ndarray:
-        return bernoulli_words(oracle.q, n * -(-size // 32), src)
+        return byte_sampler(oracle.q_exact).sample(4 * n * -(-size // 32), src).view(np.uint32)
 
     rows = []
     for label, make_src, reps in (
@@ -144,7 +151,7 @@ def oue_strategies(values: np.ndarray, size: int, eps: float, seed: int, repeats
                           ("bit-sliced words (before)", sliced), ("byte table (ours)", table)):
             seconds, _ = _best_time(lambda mk=make_src, run=run: run(mk()), reps)
             rows.append(f"| zero bits, {label}: {name} | {1e3 * seconds:.1f} |")
-    packed = oracle.perturb(values, rng=seed)
+    packed = perturb(oracle, values, seed)
 
     def by_pairs() -> np.ndarray:
         per_byte = np.zeros((width, 256), dtype=np.int64)

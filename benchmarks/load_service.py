@@ -265,7 +265,7 @@ def _phase(port: int, bodies: list[bytes], per_body: int, path: str, connections
 def load_experiment(server: Server, args: argparse.Namespace) -> dict[str, Any]:
     from dpmarginals.core.domain import Domain
     from dpmarginals.local.calm import CALM
-    from dpmarginals.protocol.client import make_reports
+    from dpmarginals.protocol.simulate import simulate_reports
 
     sizes = {"age": 32, "workclass": 9, "fnlwgt": 32, "education": 16, "education-num": 16,
              "marital-status": 7, "occupation": 15, "relationship": 6, "race": 5, "sex": 2,
@@ -282,7 +282,7 @@ def load_experiment(server: Server, args: argparse.Namespace) -> dict[str, Any]:
     assign_seconds = time.perf_counter() - start
     rng = np.random.default_rng(7)
     records = rng.integers(0, domain.sizes, size=(total, len(domain)))
-    reports = _ticketed(make_reports(plan, records, max_epsilon=1.0, rng=rng,
+    reports = _ticketed(simulate_reports(plan, records, max_epsilon=1.0, rng=rng,
                                      groups=np.asarray(groups)), tickets)
     parts, at = {}, 0
     for key, n in counts.items():
@@ -333,22 +333,23 @@ def poisoning_setup(args: argparse.Namespace) -> dict[str, Any]:
     from dpmarginals.core.dataset import Dataset
     from dpmarginals.core.domain import Domain
     from dpmarginals.local.calm import CALM
-    from dpmarginals.protocol.client import make_reports, read_records
     from dpmarginals.protocol.reports import support_counts
+    from dpmarginals.protocol.simulate import simulate_reports
     from dpmarginals.service import synopsis_from_counts
 
     home = Path(os.environ.get("DPMARGINALS_DATA", "/work/shared/data")) / ADULT
     domain = Domain.load(home / "adult-domain.json")
     n = args.users
     plan = CALM(epsilon=1.0, k=2).plan(domain, n)
-    everyone = read_records(home / "adult.csv.gz", plan)
+    everyone = Dataset.from_file(home / "adult.csv.gz", plan.domain,
+                                 extra_columns="ignore").codes
     rng = np.random.default_rng(0)
     records = everyone[rng.choice(len(everyone), n, replace=False)]
     group, attrs, cell, truth = _target(plan, Dataset(records, domain))
     released = []
     for seed in range(args.replicates):  # honest collections: the release's spread
         groups = np.random.default_rng(100 + seed).permutation(np.arange(n) % plan.m)
-        reports = make_reports(plan, records, max_epsilon=1.0, rng=100 + seed, groups=groups)
+        reports = simulate_reports(plan, records, max_epsilon=1.0, rng=100 + seed, groups=groups)
         synopsis = synopsis_from_counts(plan, support_counts(plan, reports))
         released.append(synopsis.marginal(list(attrs)).values.ravel()[cell])
     return {"plan": plan, "records": records, "group": group, "attrs": attrs, "cell": cell,
@@ -357,11 +358,11 @@ def poisoning_setup(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _honest(server: Server, name: str, setup: dict, seed: int) -> int:
-    from dpmarginals.protocol.client import make_reports
+    from dpmarginals.protocol.simulate import simulate_reports
 
     plan, records = setup["plan"], setup["records"]
     groups, tickets = server.assign(name, len(records))
-    reports = _ticketed(make_reports(plan, records, max_epsilon=1.0, rng=seed,
+    reports = _ticketed(simulate_reports(plan, records, max_epsilon=1.0, rng=seed,
                                      groups=np.asarray(groups)), tickets)
     statuses = server.post_batches(name, reports)
     assert set(statuses) == {201}, statuses

@@ -10,7 +10,6 @@ import urllib.request
 
 import numpy as np
 import pytest
-from dpmarginals.protocol.client import check_plan
 
 from dpmarginals.core.dataset import Dataset
 from dpmarginals.core.domain import Domain
@@ -23,6 +22,7 @@ from dpmarginals.methods import make
 from dpmarginals.oracles import GRR
 from dpmarginals.planning.optimal import Structure, plan_optimal, predict
 from dpmarginals.planning.workload import Workload, coefficient_variance
+from dpmarginals.protocol.checks import check_plan
 from dpmarginals.synopsis.evaluate import random_queries
 
 
@@ -77,7 +77,7 @@ def test_each_user_reports_once_and_each_phase_depends_only_on_the_earlier_ones(
     plans, counts = [p.plan for p in collected], [p.counts for p in collected]
     for j in range(1, phases):
         assert plans[j].params["phase"] == j + 1
-        assert plans[j].params["phase1_hash"] == plans[0].hash
+        assert plans[j].params["earlier_hashes"][0] == plans[0].hash
         assert plans[j].params["earlier_hashes"] == [p.hash for p in plans[:j]]
         check_plan(plans[j].to_dict(), 1.0)
         # post-processing: each phase's plan is a function of the earlier phases' counts
@@ -199,10 +199,10 @@ def test_phase_one_structure_from_a_collection():
 def test_campaign_in_phases_through_the_service(tmp_path):
     pytest.importorskip("fastapi")
     pytest.importorskip("uvicorn")
-    from dpmarginals.protocol.client import ServiceClient, play
-
+    from dpmarginals.protocol.http import ServiceClient
     from dpmarginals.protocol.plan import Plan
     from dpmarginals.protocol.reports import support_counts
+    from dpmarginals.protocol.simulate import play
     from test_service_e2e import TOKEN, Server
 
     data = _correlated(12_000, seed=5)

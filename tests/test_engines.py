@@ -44,6 +44,7 @@ from dpmarginals.engines.parquet import (
     write_records,
 )
 from dpmarginals.oracles import make_oracle
+from dpmarginals.protocol import randomizers
 from dpmarginals.protocol.plan import GroupSpec, Plan
 from dpmarginals.protocol.reports import PlanCodec, support_counts
 from dpmarginals.service import synopsis_from_counts
@@ -81,7 +82,7 @@ def _native_reports(seed: int = 0) -> dict[int, np.ndarray]:
         oracle = make_oracle(spec.oracle, spec.epsilon, spec.cells)
         n = 3000 + 257 * g
         values = rng.zipf(1.5, size=n) % spec.cells
-        out[g] = oracle.perturb(values, rng=rng)
+        out[g] = randomizers.perturb(oracle, values, rng)
     return out
 
 

@@ -29,13 +29,13 @@ with warnings.catch_warnings():  # starlette's notice about its httpx-based test
     warnings.simplefilter("ignore")
     from fastapi.testclient import TestClient
 
-from dpmarginals.protocol.client import make_report, make_reports
-
 from dpmarginals.core.domain import Domain
 from dpmarginals.core.errors import DPMarginalsError
 from dpmarginals.local.calm import CALM
+from dpmarginals.protocol.device import Device
 from dpmarginals.protocol.plan import GroupSpec, Plan
 from dpmarginals.protocol.reports import MAX_BATCH_REPORTS, PlanCodec, ReportError
+from dpmarginals.protocol.simulate import simulate_reports
 from dpmarginals.service import synopsis_from_reports
 from dpmarginals.service.app import create_app
 from dpmarginals.service.store import SQLiteStore, Store, open_store
@@ -142,7 +142,7 @@ def _assert_counts_match(store: Store, campaign) -> tuple[list[np.ndarray], np.n
 def test_store_keeps_counts_equal_to_its_reports_and_survives_reopening(store_spec):
     plan = mixed_plan()
     name = unique_name()
-    reports = make_reports(plan, records(600), max_epsilon=1.0, rng=1)
+    reports = simulate_reports(plan, records(600), max_epsilon=1.0, rng=1)
     with open_store(store_spec) as store:
         campaign, created = store.create_campaign(name, plan)
         assert created
@@ -166,7 +166,7 @@ def test_store_rejects_a_batch_with_a_known_id_and_stores_nothing_of_it(store):
     plan = mixed_plan()
     campaign, _ = store.create_campaign(unique_name(), plan)
     codec = campaign.codec
-    reports = make_reports(plan, records(300), max_epsilon=1.0, rng=2)
+    reports = simulate_reports(plan, records(300), max_epsilon=1.0, rng=2)
     store.add_reports(campaign, codec.decode(reports[:100]))
     with pytest.raises(ReportError) as info:
         store.add_reports(campaign, codec.decode(reports[100:200] + reports[50:52]))
@@ -182,7 +182,7 @@ def test_concurrent_writers_store_every_id_once(store):
     plan = mixed_plan()
     campaign, _ = store.create_campaign(unique_name(), plan)
     codec = campaign.codec
-    reports = make_reports(plan, records(2000), max_epsilon=1.0, rng=3)
+    reports = simulate_reports(plan, records(2000), max_epsilon=1.0, rng=3)
     accepted, rejected = [], []
 
     def writer(k: int) -> None:
@@ -350,7 +350,7 @@ def test_plan_and_balanced_assignments(api):
 
 def test_reports_singly_and_in_batches_are_counted_per_group(api):
     plan = create(api)
-    reports = make_reports(plan, records(1000), max_epsilon=1.0, rng=5)
+    reports = simulate_reports(plan, records(1000), max_epsilon=1.0, rng=5)
     for report in reports[:20]:
         r = api.post("/campaigns/c1/reports", json=report)
         assert r.status_code == 201 and r.json() == {"accepted": 1}
@@ -365,7 +365,7 @@ def test_reports_singly_and_in_batches_are_counted_per_group(api):
 
 def test_every_bad_report_is_refused_with_a_reason_and_changes_nothing(api, tmp_path):
     plan = create(api)
-    reports = make_reports(plan, records(50), max_epsilon=1.0, rng=6)
+    reports = simulate_reports(plan, records(50), max_epsilon=1.0, rng=6)
     api.post("/campaigns/c1/reports/batch", json={"reports": reports[:10]})
     before = status(api)
     good = reports[10]
@@ -402,7 +402,7 @@ def test_bodies_and_batches_are_size_limited(tmp_path):
     app = create_app(tmp_path / "small.db", admin_token=TOKEN, max_body_bytes=4096)
     with TestClient(app) as api:
         plan = create(api)
-        reports = make_reports(plan, records(100), max_epsilon=1.0, rng=7)
+        reports = simulate_reports(plan, records(100), max_epsilon=1.0, rng=7)
         r = api.post("/campaigns/c1/reports/batch", json={"reports": reports})
         assert r.status_code == 413 and r.json()["error"] == "body_too_large"
         assert status(api)["reports"] == 0
@@ -419,7 +419,7 @@ def test_bodies_and_batches_are_size_limited(tmp_path):
 def test_marginals_equal_the_in_process_release_on_the_same_reports(api):
     plan = create(api)
     assert api.get("/campaigns/c1/marginals", params={"attributes": "a"}).status_code == 409
-    reports = make_reports(plan, records(3000, seed=8), max_epsilon=1.0, rng=9)
+    reports = simulate_reports(plan, records(3000, seed=8), max_epsilon=1.0, rng=9)
     api.post("/campaigns/c1/reports/batch", json={"reports": reports})
     released(api, "c1", 3000)
     exported = [json.loads(line) for line in
@@ -440,7 +440,7 @@ def test_marginals_equal_the_in_process_release_on_the_same_reports(api):
     for attrs in ("a,zz", "a,a", ",", ""):
         assert api.get("/campaigns/c1/marginals", params={"attributes": attrs}).status_code == 422
     # new reports change the answer (the cached synopsis is refreshed)
-    more = make_reports(plan, records(500, seed=10), max_epsilon=1.0, rng=11)
+    more = simulate_reports(plan, records(500, seed=10), max_epsilon=1.0, rng=11)
     api.post("/campaigns/c1/reports/batch", json={"reports": more})
     after = released(api, "c1", 3500, "a,b")
     assert after["reports"] == 3500
@@ -467,7 +467,7 @@ def test_the_service_runs_on_postgresql(postgres_url):
     name = unique_name()
     with TestClient(app) as api:
         plan = create(api, name)
-        reports = make_reports(plan, records(400), max_epsilon=1.0, rng=12)
+        reports = simulate_reports(plan, records(400), max_epsilon=1.0, rng=12)
         assert api.post(f"/campaigns/{name}/reports/batch",
                         json={"reports": reports[:300]}).status_code == 201
         assert api.post(f"/campaigns/{name}/reports", json=reports[300]).status_code == 201
@@ -482,7 +482,7 @@ def test_the_service_runs_on_postgresql(postgres_url):
 
 def test_submit_runs_the_whole_path_for_one_user(api, monkeypatch):
     """ServiceClient.submit through the ASGI app (its HTTP layer replaced by TestClient)."""
-    from dpmarginals.protocol.client import ServiceClient
+    from dpmarginals.protocol.http import ServiceClient
 
     plan = create(api)
 
@@ -494,18 +494,21 @@ def test_submit_runs_the_whole_path_for_one_user(api, monkeypatch):
 
     monkeypatch.setattr(ServiceClient, "request", request)
     client = ServiceClient("http://testserver", "c1")
-    report = client.submit({"a": 1, "b": 2, "c": 3, "d": 0}, max_epsilon=1.0)
+    phone = Device(None, max_epsilon=1.0, max_total_epsilon=5.0)
+    report = client.submit({"a": 1, "b": 2, "c": 3, "d": 0}, phone)
     assert report["plan_hash"] == plan.hash
     assert status(api)["reports"] == 1
     with contextlib.suppress(Exception):
         client.close()
-    single = make_report(plan, {"a": 0, "b": 0, "c": 0, "d": 0}, group=2, max_epsilon=1.0)
+    single = simulate_reports(plan, np.zeros((1, 4), dtype=np.int64), groups=[2],
+                              max_epsilon=1.0)[0]
     assert client.send(single) == {"accepted": 1}
 
 
 def test_non_finite_numbers_and_huge_answers_are_refused(api):
     plan = create(api)
-    report = make_report(plan, [0, 0, 0, 0], group=0, max_epsilon=1.0)
+    report = simulate_reports(plan, np.zeros((1, 4), dtype=np.int64), groups=[0],
+                              max_epsilon=1.0)[0]
     for bad in (b'{"version": NaN}', b'{"version": 1e999}', b'[Infinity]'):
         r = api.post("/campaigns/c1/reports", content=bad)
         assert r.status_code == 400 and r.json()["error"] == "invalid_json"
@@ -529,7 +532,7 @@ def test_postgres_store_recovers_from_lost_connections(postgres_url):
     from dpmarginals.service.store import StoreError
 
     plan = mixed_plan()
-    reports = make_reports(plan, records(300), max_epsilon=1.0, rng=13)
+    reports = simulate_reports(plan, records(300), max_epsilon=1.0, rng=13)
     with open_store(postgres_url) as store:
         campaign, _ = store.create_campaign(unique_name(), plan)
         codec = campaign.codec
@@ -550,7 +553,7 @@ def test_two_postgres_stores_share_a_campaign(postgres_url):
     """As two `serve` processes on one database: overlapping batches, each id stored once."""
     plan = mixed_plan()
     name = unique_name()
-    reports = make_reports(plan, records(1200), max_epsilon=1.0, rng=14)
+    reports = simulate_reports(plan, records(1200), max_epsilon=1.0, rng=14)
     with open_store(postgres_url) as one, open_store(postgres_url) as two:
         first, _ = one.create_campaign(name, plan)
         second, created = two.create_campaign(name, plan)
@@ -581,7 +584,7 @@ def test_an_export_is_one_snapshot_while_batches_are_written(store):
     plan = mixed_plan()
     campaign, _ = store.create_campaign(unique_name(), plan)
     codec = campaign.codec
-    batches = [make_reports(plan, records(200, seed=s), max_epsilon=1.0, rng=s)
+    batches = [simulate_reports(plan, records(200, seed=s), max_epsilon=1.0, rng=s)
                for s in range(40)]
     batch_of = {r["report_id"]: i for i, batch in enumerate(batches) for r in batch}
     stop = threading.Event()
@@ -615,7 +618,7 @@ def test_a_ticket_serial_is_spent_once(store):
     plan = mixed_plan()
     campaign, _ = store.create_campaign(unique_name(), plan)
     codec = campaign.codec
-    reports = make_reports(plan, records(60), max_epsilon=1.0, rng=20)
+    reports = simulate_reports(plan, records(60), max_epsilon=1.0, rng=20)
     start = store.reserve_serials(100)
     assert store.reserve_serials(10) >= start + 100  # ranges never overlap
     serials = start + TICKET_BLOCK - 10 + np.arange(20)  # across two bitmap rows
@@ -659,7 +662,7 @@ def test_a_version_1_store_is_migrated_and_its_campaigns_keep_their_behaviour(tm
     with SQLiteStore(path) as store:
         old = store.campaign("old")
         assert old.settings == LEGACY_SETTINGS and old.settings.tickets == "off"
-        reports = make_reports(plan, records(50), max_epsilon=1.0, rng=30)
+        reports = simulate_reports(plan, records(50), max_epsilon=1.0, rng=30)
         assert store.add_reports(old, old.codec.decode(reports)) == 50
         new, _ = store.create_campaign("new", plan)
         assert new.settings.tickets == "assigned"

@@ -25,10 +25,10 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from dpmarginals.protocol.client import ServiceClient, ServiceError, make_reports
-
 from dpmarginals.core.domain import Domain
+from dpmarginals.protocol.http import ServiceClient, ServiceError
 from dpmarginals.protocol.plan import GroupSpec, Plan
+from dpmarginals.protocol.simulate import simulate_reports
 from dpmarginals.service import synopsis_from_reports
 from dpmarginals.service.store import SQLiteStore
 from dpmarginals.synopsis.base import load_synopsis
@@ -159,13 +159,13 @@ def test_serve_client_and_query_as_a_new_user(tmp_path):
         assert "created campaign 'adult'" in out
         plan = Plan.load(tmp_path / "plan.json")
         out = _run("client", "--server", server.url, "--campaign", "adult", "--data", str(data),
-                   "--max-epsilon", "1", "--limit", "5000",
+                   "--max-epsilon", "1", "--limit", "5000", "--simulate",
                    "--save-reports", str(tmp_path / "batched.jsonl"))
-        assert "sent 5,000 reports" in out
+        assert "sent 5,000 simulated users' reports" in out
         out = _run("client", "--server", server.url, "--campaign", "adult", "--data", str(data),
                    "--max-epsilon", "1", "--limit", "60", "--batch", "1", "--assign", "local",
-                   "--save-reports", str(tmp_path / "single.jsonl"))
-        assert "sent 60 reports" in out
+                   "--simulate", "--save-reports", str(tmp_path / "single.jsonl"))
+        assert "sent 60 simulated users' reports" in out
         sent = _read_jsonl(tmp_path / "batched.jsonl") + _read_jsonl(tmp_path / "single.jsonl")
         status = server.get("/campaigns/adult/status")
         assert status["reports"] == 5060 and status["plan_hash"] == plan.hash
@@ -232,7 +232,7 @@ def _kill_during_ingestion(db, plan) -> tuple[list[str], list[list[dict]]]:
                 groups = client.assignment(count=size)  # with their tickets
             except Exception:  # the server died: nothing was sent
                 return
-            reports = client.with_tickets(make_reports(plan, rows, max_epsilon=1.0, rng=rng,
+            reports = client.with_tickets(simulate_reports(plan, rows, max_epsilon=1.0, rng=rng,
                                                        groups=np.asarray(groups)))
             try:
                 if size == 1:
@@ -313,11 +313,11 @@ def fuzz_server(tmp_path_factory):
     plan = _crash_plan()  # every oracle, so every payload format is fuzzed
     with ServiceClient(server.url, "fuzz", token=TOKEN) as admin:
         admin.create_campaign(plan, {"tickets": "off", "refresh_seconds": 0})
-        admin.send_batch(make_reports(plan, np.zeros((30, len(plan.domain)), dtype=np.int64),
+        admin.send_batch(simulate_reports(plan, np.zeros((30, len(plan.domain)), dtype=np.int64),
                                       max_epsilon=1.0, rng=0))
     with ServiceClient(server.url, "fuzzt", token=TOKEN) as admin:
         admin.create_campaign(plan, {"refresh_seconds": 0, "tickets": "any"})
-        admin.send_batch(make_reports(plan, np.zeros((30, len(plan.domain)), dtype=np.int64),
+        admin.send_batch(simulate_reports(plan, np.zeros((30, len(plan.domain)), dtype=np.int64),
                                       max_epsilon=1.0, rng=1, groups=np.asarray(
                                           admin.assignment(count=30))))
         server.tickets = []

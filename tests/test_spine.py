@@ -16,7 +16,6 @@ from itertools import combinations
 
 import numpy as np
 import pytest
-from dpmarginals.protocol.client import make_reports
 
 from dpmarginals.core.dataset import Dataset
 from dpmarginals.core.domain import Domain
@@ -27,6 +26,7 @@ from dpmarginals.methods import available, for_plan, make
 from dpmarginals.oracles import ORACLES
 from dpmarginals.protocol.counts import Counts
 from dpmarginals.protocol.reports import PlanCodec, ReportError, support_counts
+from dpmarginals.protocol.simulate import simulate_reports
 
 DOMAIN = Domain(("a", "b", "c", "d"), (2, 3, 2, 2))
 N = 4000
@@ -67,7 +67,7 @@ def _reports(name: str, seed: int = 1):
     if name == "be":
         data = BinaryEncoding(DOMAIN).encode(data)
     groups = np.arange(N, dtype=np.int64) % plan.m  # every group reports
-    reports = make_reports(plan, data.codes, max_epsilon=EPSILON, groups=groups, rng=seed)
+    reports = simulate_reports(plan, data.codes, max_epsilon=EPSILON, groups=groups, rng=seed)
     return method, plan, reports
 
 
@@ -302,7 +302,7 @@ def test_batch_decoding_is_columnwise_and_agrees_with_report_by_report():
                    for s, o in zip(sets, ["grr", "oue", "olh", "hr", "sue"], strict=True))
     plan = Plan("calm", 1.0, DOMAIN, groups, {"k": 2})
     codec = PlanCodec(plan)
-    reports = make_reports(plan, _data().codes[:500], max_epsilon=1.0, rng=5)
+    reports = simulate_reports(plan, _data().codes[:500], max_epsilon=1.0, rng=5)
     fast = codec._decode_batch(reports)
     assert fast is not None
     slow = [codec._decode_one(r) for r in reports]

@@ -36,10 +36,10 @@ pytest.importorskip("httpx")
 
 import httpx
 import uvicorn
-from dpmarginals.protocol.client import make_reports
 
 from dpmarginals.core.domain import Domain
 from dpmarginals.protocol.plan import GroupSpec, Plan
+from dpmarginals.protocol.simulate import simulate_reports
 from dpmarginals.service import synopsis_from_reports
 from dpmarginals.service.app import create_app
 from dpmarginals.service.web import CONTENT_SECURITY_POLICY
@@ -147,7 +147,7 @@ class Service:
                                                "settings": settings}, headers=ADMIN)
         assert r.status_code == 201, r.text
         if records is not None:  # simulated users (seeded): a test, not a release
-            reports = make_reports(plan, records, max_epsilon=2.0, rng=seed)
+            reports = simulate_reports(plan, records, max_epsilon=2.0, rng=seed)
             self.reports[name] = reports
             r = self.http.post(f"/campaigns/{name}/reports/batch", json={"reports": reports})
             assert r.status_code == 201, r.text

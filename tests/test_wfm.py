@@ -17,7 +17,6 @@ from itertools import combinations, product
 
 import numpy as np
 import pytest
-from dpmarginals.protocol.client import PlanRefused, check_plan, make_report
 from scipy import stats
 
 from dpmarginals import Dataset, Domain, make
@@ -25,7 +24,16 @@ from dpmarginals.core.errors import DPMarginalsError
 from dpmarginals.core.randomness import SecureRandom
 from dpmarginals.local.wfm import WFM, WFMSynopsis, covariance, reconstruction, sample_outputs
 from dpmarginals.planning import factorization as fz
-from dpmarginals.protocol.formats import StrategyMatrix, decode_matrix, encode_matrix
+from dpmarginals.protocol.checks import check_plan
+from dpmarginals.protocol.device import Device
+from dpmarginals.protocol.formats import (
+    STRATEGY_TOTAL,
+    StrategyMatrix,
+    decode_matrix,
+    encode_matrix,
+    group_oracle,
+)
+from dpmarginals.protocol.ledger import PlanRefused
 from dpmarginals.protocol.plan import Plan
 from dpmarginals.synopsis.base import load_synopsis
 
@@ -132,8 +140,10 @@ def test_plan_carries_the_strategy_and_large_domains_are_refused_by_size():
     plan = method.plan(MIXED, 1000)
     (group,) = plan.groups
     assert (group.oracle, group.cells, group.attributes) == ("matrix", 12, MIXED.attributes)
-    published = decode_matrix(plan.params["strategy"], 12)
-    np.testing.assert_array_equal(published, method.strategy(MIXED).matrix)
+    published = decode_matrix(plan.params["strategy"], 12)  # integer weights over 2^63
+    assert (published.astype(object).sum(axis=0) == STRATEGY_TOTAL).all()
+    np.testing.assert_allclose(published / float(STRATEGY_TOTAL),
+                               method.strategy(MIXED).matrix, rtol=1e-5, atol=1e-9)
     assert Plan.from_dict(plan.to_dict()).hash == plan.hash
     assert plan.params["expected_sse"] > 0 and plan.params["report_bits"] == 6
     big = Domain(tuple(f"x{i}" for i in range(13)), (2,) * 13)
@@ -152,24 +162,34 @@ def _tampered(plan: Plan, matrix: np.ndarray) -> dict:
 @pytest.fixture
 def no_draws(monkeypatch):
     """Fail on any draw from the OS CSPRNG (the client must refuse before randomizing)."""
-    def refuse(self, count):
+    def refuse(self, count, bits):
         raise AssertionError("the client drew randomness before refusing the plan")
 
-    monkeypatch.setattr(SecureRandom, "_words", refuse)
+    monkeypatch.setattr(SecureRandom, "words", refuse)
 
 
 def test_client_refuses_a_strategy_that_is_not_ldp_or_not_distributions(no_draws):
     plan = WFM(epsilon=1.0, k=2).plan(BIN3, 1000)
-    Q = decode_matrix(plan.params["strategy"], 8)
-    leaky = Q.copy()
-    leaky[3, 0] *= 1.5  # row 3's ratio passes e^eps, and renormalizing the column ...
-    leaky[:, 0] /= leaky[:, 0].sum()  # ... breaks the rows at their upper bound there
+    W = decode_matrix(plan.params["strategy"], 8).astype(object)
+    leaky = W.copy()
+    row = int(np.argmax(W[:, 0]))
+    other = (row + 1) % W.shape[0]
+    shift = W[other, 0] // 2  # moved within column 0: its sum stays 2^63, a row breaks
+    leaky[row, 0] += shift
+    leaky[other, 0] -= shift
+    long = W.copy()
+    long[0, 0] += 1
+    hole = W.copy()
+    hole[1, 0], hole[2, 0] = 0, hole[2, 0] + hole[1, 0]
     cases = {r"not 1.0-LDP: row \d+ has max/min = [\d.]+ > e\^eps": leaky,
-             "column 0 of the strategy matrix sums to": Q * np.r_[1.01, np.ones(7)],
-             "negative or non-finite": np.where(np.arange(8) == 2, -Q, Q)}
+             "column 0 of the strategy sums to 9223372036854775809": long,
+             r"row 1 has max/min = inf": hole}
+    phone = Device(None, max_epsilon=1.0, max_total_epsilon=5.0)
     for reason, matrix in cases.items():
         with pytest.raises(PlanRefused, match=reason):
-            make_report(_tampered(plan, matrix), {"a": 1, "b": 0, "c": 1}, max_epsilon=1.0)
+            phone.report(_tampered(plan, np.array(matrix, dtype=np.uint64)),
+                         {"a": 1, "b": 0, "c": 1}, origin="o", campaign="w")
+    assert phone.ledger.total() == 0
     body = plan.to_dict(with_hash=False)
     body["params"]["strategy"] = {**body["params"]["strategy"], "rows": 31}
     with pytest.raises(PlanRefused, match="holds 2,048 bytes, not the 1,984 of 31 x 8"):
@@ -178,7 +198,9 @@ def test_client_refuses_a_strategy_that_is_not_ldp_or_not_distributions(no_draws
 
 
 def test_strategy_format_reports_and_support():
-    fmt = StrategyMatrix(math.log(3), np.array([[0.75, 0.25], [0.25, 0.75]]), (2,))
+    quarter = STRATEGY_TOTAL // 4
+    fmt = StrategyMatrix(math.log(3), np.array([[3 * quarter, quarter], [quarter, 3 * quarter]],
+                                               dtype=np.uint64), (2,))
     reports = fmt.perturb([0] * 4000 + [1] * 4000, rng=5)
     support = fmt.support(reports)
     # Binomial(4000, 3/4) + Binomial(4000, 1/4) outputs 0: mean 4000, sd 38.7 (4 sd: 155)
@@ -211,7 +233,7 @@ def test_release_is_unbiased_and_the_closed_form_variance_is_the_mse():
     data = _data(MIXED, 3000)
     method = WFM(epsilon=1.0, k=2)
     plan = method.plan(MIXED, data.n)
-    Q = decode_matrix(plan.params["strategy"], 12)
+    Q = group_oracle(plan, 0).probabilities
     truth_p = np.bincount(data.cell_indices(MIXED.attributes), minlength=12) / data.n
     exact = WFMSynopsis(MIXED, truth_p, covariance(Q, reconstruction(Q), truth_p, data.n))
     reps = 400

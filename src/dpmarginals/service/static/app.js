@@ -193,10 +193,12 @@ function campaignRow({ id, status, error }) {
 }
 
 // -- one campaign: choosing a marginal ----------------------------------------------------
-/** attribute -> number of values, from a plan's domain (the answer domain when encoded). */
+/** attribute -> number of values, from a plan's domain (the answer domain when encoded): a
+ * list of [name, spec] pairs (plan version 2) or an object (version 1). */
 function answerDomain(plan) {
   const domain = (plan.params && plan.params.encoded_from) || plan.domain || {};
-  return Object.entries(domain).map(([name, spec]) => {
+  const pairs = Array.isArray(domain) ? domain : Object.entries(domain);
+  return pairs.map(([name, spec]) => {
     let size;
     if (typeof spec === "number") size = spec;
     else if (Array.isArray(spec)) size = spec.length;
