@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from collections import defaultdict
@@ -59,6 +60,24 @@ def test_no_import_cycle_between_packages():
     for node in sorted(graph):
         if node not in state:
             visit(node, [node])
+
+
+def test_every_local_randomizer_lives_in_protocol():
+    """One randomizer per report format (issue 31): no module outside protocol/ draws a
+    device's random words or defines a ``perturb`` (the methods in local/ used to keep
+    their own copies of ht's and cms's randomizers: ``src.random(...) >= p``)."""
+    pattern = re.compile(r"def perturb\(|random_words\(|\.words\(|"
+                         r"\b(src|source)\.(random|integers)\(|"
+                         r"client_rng\([^)]*\)\.(random|integers)\(")
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE)
+        if rel.parts[0] == "protocol" or rel == Path("core/randomness.py"):
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            if pattern.search(line):
+                offenders.append(f"{rel}:{number}: {line.strip()}")
+    assert offenders == []
 
 
 def test_the_client_needs_only_numpy_and_the_standard_library():

@@ -25,6 +25,7 @@ from .argtypes import epsilon as _epsilon
 from .argtypes import open_fraction as _fraction
 from .argtypes import positive_int as _positive_int
 from .argtypes import seed as _seed
+from .plans import longitudinal as _longitudinal
 
 __all__ = ["main"]
 
@@ -93,7 +94,8 @@ def _cmd_plan_out(args: argparse.Namespace) -> int:
     if missing:
         raise DPMarginalsError(f"plan --out needs {' and '.join(missing)} (the domain JSON "
                                "names the attributes)")
-    plan = build_plan(args.method, args.domain, args.epsilon, args.k, args.n, args.oracle)
+    plan = build_plan(args.method, args.domain, args.epsilon, args.k, args.n, args.oracle,
+                      args.longitudinal_epsilon)
     if args.d is not None and args.d != len(plan.domain):
         raise DPMarginalsError(f"--d {args.d} but the domain has {len(plan.domain)} attributes")
     _save_plan(plan, args.out)
@@ -653,6 +655,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "distance of a marginal from the max-entropy table of its sub-marginals)")
     p.add_argument("--oracle", default=None,
                    help="with --out: CALM's oracle choice (default adaptive)")
+    p.add_argument("--longitudinal-epsilon", type=_longitudinal, default="auto",
+                   metavar="EPS|auto|none",
+                   help="with --out: what any number of reports of an unchanged value may "
+                   "reveal (devices keep a permanent response and noise it afresh for each "
+                   "report); auto (default): 4 x --epsilon where the plan's groups can be "
+                   "memoized; none: every report is charged in full")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_cmd_plan)
 

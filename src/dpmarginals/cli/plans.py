@@ -11,15 +11,43 @@ from typing import Any
 
 from ..core.errors import DPMarginalsError
 
-__all__ = ["build_plan", "describe_plan"]
+__all__ = ["LONGITUDINAL_FACTOR", "build_plan", "describe_plan", "longitudinal"]
+
+LONGITUDINAL_FACTOR = 4.0
+"""A deployed plan's default longitudinal epsilon, in per-report epsilons: an unchanged
+value reported in any number of campaigns reveals at most 4 reports' worth (RAPPOR's
+deployment used about 8); docs/deployment.md says how to choose it."""
+
+
+def longitudinal(text: str) -> str | float | None:
+    """``--longitudinal-epsilon``: ``auto``, ``none`` or a number (argparse type)."""
+    import argparse
+
+    if text in ("auto", "none"):
+        return text if text == "auto" else None
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, 'auto' or 'none', got "
+                                         f"{text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
 
 
 def build_plan(method: str, domain: str, epsilon: float, k: int, n: int,
-               oracle: str | None = None) -> Any:
+               oracle: str | None = None, memo: str | float | None = "auto") -> Any:
     """The plan ``method`` makes for ``n`` users over the domain in the JSON file
-    ``domain`` (``k``: the marginal size to answer; ``oracle``: CALM's oracle choice)."""
+    ``domain`` (``k``: the marginal size to answer; ``oracle``: CALM's oracle choice).
+
+    ``memo`` is its longitudinal epsilon: a number, None (not memoized: devices charge
+    every report in full), or "auto": :data:`LONGITUDINAL_FACTOR` times epsilon when every
+    group can be memoized, else None."""
+    from dataclasses import replace
+
     from ..core.domain import Domain
     from ..methods import make
+    from ..protocol.formats import memoizable
 
     params: dict[str, Any] = {"epsilon": epsilon, "k": k}
     if oracle is not None:
@@ -27,9 +55,18 @@ def build_plan(method: str, domain: str, epsilon: float, k: int, n: int,
     plan = make(method, **params).plan(Domain.load(domain), n)
     if not plan.groups and not plan.params:
         raise DPMarginalsError(f"method {method!r} makes no collectable plan")
-    return plan
+    if memo == "auto":
+        memo = LONGITUDINAL_FACTOR * plan.epsilon if memoizable(plan) else None
+    elif memo is not None and not memoizable(plan):
+        raise DPMarginalsError(f"--longitudinal-epsilon: a {method} plan's reports cannot be "
+                               f"memoized (only grr, oue, sue and em groups can); give "
+                               "--longitudinal-epsilon none")
+    return replace(plan, longitudinal=memo)
 
 
 def describe_plan(plan: Any) -> str:
-    """One line: method, epsilon, groups, hash."""
-    return (f"{plan.method}, epsilon={plan.epsilon}, {plan.m} groups, plan hash {plan.hash}")
+    """One line: method, epsilon (and the longitudinal one), groups, hash."""
+    memo = ("not memoized" if plan.longitudinal is None
+            else f"longitudinal epsilon {plan.longitudinal:g}")
+    return (f"{plan.method}, epsilon={plan.epsilon} per report, {memo}, {plan.m} groups, "
+            f"plan hash {plan.hash}")

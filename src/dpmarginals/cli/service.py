@@ -34,6 +34,7 @@ from .argtypes import epsilon as _epsilon
 from .argtypes import non_negative_int as _non_negative_int
 from .argtypes import number_in
 from .argtypes import positive_int as _positive_int
+from .plans import longitudinal
 
 __all__ = ["register"]
 
@@ -333,7 +334,8 @@ def _build_plan(args: argparse.Namespace) -> Any:
         raise DPMarginalsError(f"to build a plan give {', '.join(missing)} (or --plan FILE)")
     from .plans import build_plan
 
-    return build_plan(args.method, args.domain, args.epsilon, args.k, args.n, args.oracle)
+    return build_plan(args.method, args.domain, args.epsilon, args.k, args.n, args.oracle,
+                      args.longitudinal_epsilon)
 
 
 def _cmd_campaign_create(args: argparse.Namespace) -> int:
@@ -547,6 +549,11 @@ def register(subparsers: Any) -> None:
     a.add_argument("--n", type=_positive_int, default=None, help="expected number of users")
     a.add_argument("--method", default="calm", help="method building the plan (default calm)")
     a.add_argument("--oracle", default=None, help="CALM's oracle choice (default adaptive)")
+    a.add_argument("--longitudinal-epsilon", type=longitudinal, default="auto",
+                   metavar="EPS|auto|none",
+                   help="what any number of reports of an unchanged value may reveal (devices "
+                   "memoize a permanent response); auto (default): 4 x --epsilon where the "
+                   "plan can be memoized; none: every report charged in full")
     a.add_argument("--save-plan", default=None, help="also write the plan JSON here")
     s = a.add_argument_group("settings (docs/deployment.md)")
     s.add_argument("--public", action="store_true",

@@ -126,6 +126,7 @@ __all__ = [
     "group_oracle",
     "integer_strategy",
     "kset_histograms",
+    "memoizable",
     "plan_oracles",
     "rr_keep",
     "sketch_coefficients",
@@ -924,6 +925,19 @@ def _hash_coefficients(plan: Plan) -> tuple[tuple[int, ...], ...]:
         raise DPMarginalsError(f"plan params.hash_coefficients must be 3 lists of integers, "
                                f"got {str(listed)[:80]!r}")
     return tuple(tuple(r) for r in listed)
+
+
+def memoizable(plan: Plan) -> bool:
+    """Whether every group of ``plan`` can keep a permanent response (grr, oue, sue, and
+    em over those)."""
+    def ok(g: int) -> bool:
+        spec = plan.groups[g]
+        if spec.oracle == "em":
+            names = plan.params.get("attribute_oracles")
+            return isinstance(names, list) and all(n in (*MEMOIZED, "none") for n in names)
+        return spec.oracle in MEMOIZED
+
+    return bool(plan.groups) and all(ok(g) for g in range(plan.m))
 
 
 def plan_oracles(plan: Plan) -> list[Any]:

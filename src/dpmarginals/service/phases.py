@@ -51,8 +51,13 @@ def next_phase_plan(phases: Sequence[tuple[str, Plan, Counts]], users: int | Non
     check_next_phase(campaign, plan)
     first = phases[0][1]
     nxt = _method(first).next_phase([p for _, p, _ in phases], [c for _, _, c in phases], users)
-    return replace(nxt, params={**nxt.params, "phase1_campaign": phases[0][0],
-                                "earlier_campaigns": [name for name, _, _ in phases]})
+    from ..protocol.formats import memoizable
+
+    nxt = replace(nxt, params={**nxt.params, "phase1_campaign": phases[0][0],
+                               "earlier_campaigns": [name for name, _, _ in phases]})
+    # a memoized collection stays memoized where the next phase's groups can be
+    memo = first.longitudinal if memoizable(nxt) else None
+    return replace(nxt, longitudinal=memo)
 
 
 def earlier_phases(store: Any, plan: Plan) -> list[tuple[str, Plan, Counts]]:
