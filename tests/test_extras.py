@@ -107,7 +107,7 @@ def _missing(monkeypatch, *modules):
     ("datasets", ("pooch",), lambda: __import__(
         "dpmarginals.datasets.files", fromlist=["x"]).pooch.retrieve),
     ("tables", ("polars",), lambda: __import__(
-        "dpmarginals.central.contingency", fromlist=["x"])._opendp()),
+        "dpmarginals.central.opendp_tables", fromlist=["x"]).require_tables()),
     ("pgm", ("jax", "mbi"), lambda: __import__(
         "dpmarginals.inference.pgm", fromlist=["x"]).require_mbi()),
     ("spark", ("pyspark", "pyspark.sql"), lambda: __import__(
