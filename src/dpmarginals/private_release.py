@@ -27,6 +27,7 @@ from .central.contingency import RANDOMNESS
 from .core.dataset import Dataset
 from .core.domain import Domain
 from .core.errors import DPMarginalsError, PrivacyLeakWarning
+from .core.extras import require_extra
 from .core.provenance import (
     CENTRAL_UNIT,
     LOCAL_UNIT,
@@ -39,9 +40,11 @@ from .synopsis.base import SYNOPSIS_FORMAT, Synopsis, load_synopsis, read_json
 
 __all__ = ["CENTRAL_METHODS", "MODELS", "load_release", "release", "resolve_method"]
 
-CENTRAL_METHODS = frozenset({"aim", "mst", "priview"})
+CENTRAL_METHODS = frozenset({"aim", "mst", "priview", "residual"})
+#: The extra each central method's private release needs (checked before anything else).
+CENTRAL_EXTRAS = {"aim": "tables", "mst": "tables", "priview": "central", "residual": "central"}
 #: Central methods that are (epsilon, delta)-DP (the others are pure epsilon-DP).
-APPROXIMATE_METHODS = frozenset({"aim", "mst"})
+APPROXIMATE_METHODS = frozenset({"aim", "mst", "residual"})
 MODELS = ("local", "central")
 _SEEDS = ("rng", "seed", "random_state")
 
@@ -84,6 +87,8 @@ def release(
                 "path with the OS's secure randomness (for a seeded simulation use "
                 "make(method, ...).run(data, rng=seed))")
     name, central = resolve_method(method, model, delta)
+    if central:
+        require_extra(CENTRAL_EXTRAS[name], what=f"--model central --method {name}")
     dataset = _dataset(data, domain, domain_from_data, extra_columns)
     extra: dict[str, Any] = {"per_user": True}
     if name == "priview":

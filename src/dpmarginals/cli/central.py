@@ -87,6 +87,10 @@ def _cmd_central(args: argparse.Namespace) -> int:
     from ..central.dp_marginals import DPMarginals, spurious_fraction
     from ..datasets.sparse import resolve_data
 
+    if args.seed is None:  # a private release: OpenDP's samplers, checked before any work
+        from ..core.extras import require_extra
+
+        require_extra("central", what="dpmarginals central (OpenDP's samplers)")
     start = time.perf_counter()
     records = resolve_data(args.data, args.data_home)
     t_read = time.perf_counter()
