@@ -289,6 +289,8 @@ class ResidualSynopsis(Synopsis):
         attrs = check_query(self.domain, attrs)
         index = tuple(self.domain.indices(attrs))
         counts = reconstruct(index, self.residuals, self.domain.sizes)
+        if self.info.get("postprocess") == "nonneg":  # float rounding of exact zeros
+            counts = np.where((counts < 0) & (counts > -1e-9), 0.0, counts)
         total = counts.sum()
         values = counts / total if total > 0 else np.full(counts.shape, 1.0 / counts.size)
         table = MarginalTable(self.domain.project(attrs), values)

@@ -91,7 +91,7 @@ def make_nonnegative(residuals: dict[Subset, np.ndarray], workload: Sequence[Sub
                 uniform = total / x.size
                 lam = max(lam, -low / (uniform - low))
         if lam > 0:
-            lam = min(1.0, lam * (1 + 1e-12))
+            lam = min(1.0, lam * (1 + 1e-6))  # a margin over float rounding of the zeros
             for a in residuals:
                 if a:
                     residuals[a] = residuals[a] * (1.0 - lam)
