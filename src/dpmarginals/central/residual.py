@@ -52,6 +52,7 @@ from ..core.domain import Domain
 from ..core.errors import DPMarginalsError, check_choice, check_epsilon, check_k
 from ..core.randomness import RNGLike, simulation_rng
 from ..core.table import MarginalTable
+from ..inference.nonneg import norm_sub_rows
 from ..protocol.plan import Plan
 from ..synopsis.base import Synopsis, check_query
 from .accounting import ACCOUNTANTS, check_delta, contingency_rho, rdp_epsilon, zcdp_epsilon
@@ -289,7 +290,10 @@ class ResidualSynopsis(Synopsis):
         attrs = check_query(self.domain, attrs)
         index = tuple(self.domain.indices(attrs))
         counts = reconstruct(index, self.residuals, self.domain.sizes)
-        if self.info.get("postprocess") == "nonneg":  # float rounding of exact zeros
+        if self.info.get("per_answer_norm_sub"):  # the rounds stopped short: Norm-Sub it
+            counts = norm_sub_rows(counts.reshape(1, -1), counts.sum())[0].reshape(
+                counts.shape)
+        elif self.info.get("postprocess") == "nonneg":  # float rounding of exact zeros
             counts = np.where((counts < 0) & (counts > -1e-9), 0.0, counts)
         total = counts.sum()
         values = counts / total if total > 0 else np.full(counts.shape, 1.0 / counts.size)
