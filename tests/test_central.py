@@ -26,6 +26,7 @@ from dpmarginals.central import (
     DPMarginals,
     DPMarginalsResult,
     SparseRecords,
+    dp_marginals,
     plan_budget,
     read_records,
     spurious_fraction,
@@ -507,6 +508,38 @@ def test_private_release_path_end_to_end(planted):
     assert _pattern_items_found(res) and res.found()[1] >= 180 and res.found()[2] >= 120
     frac = spurious_fraction(res, planted)
     assert frac[0] == 0.0 and frac[1] < 0.3
+
+
+@needs_opendp
+@pytest.mark.parametrize("params", [
+    {}, {"accountant": "rdp"}, {"no_spurious": True}, {"max_materialized": 0}])
+def test_the_release_records_the_rho_opendp_certifies_equal_to_the_hand_derived(params):
+    """Issue 35: every stage runs as an OpenDP measurement inside one OpenDP composition;
+    the (rho, delta) its map certifies equals Theorem 1.1's hand-derived split (to OpenDP's
+    rounding up, 1e-9 relative), and OpenDP's conversion gives at most the target epsilon."""
+    planted = _planted(1, n=20_000)
+    algo = DPMarginals(1.0, 1e-6, 3, **params)
+    res = algo.fit(planted)
+    hand = algo.budget
+    rho, delta = res.budget["privacy_map_rho"], res.budget["privacy_map_delta"]
+    assert rho == pytest.approx(hand.zcdp_spent(), rel=1e-9) and rho >= hand.zcdp_spent()
+    assert rho == pytest.approx(hand.rho, rel=1e-9)
+    assert delta == pytest.approx(hand.delta_threshold, rel=1e-9) and delta <= hand.delta
+    assert res.budget["epsilon_certified"] <= 1.0 + 1e-9
+    # the thresholds OpenDP accepted are the hand-derived ones (delta-tail of Remark 1.1)
+    level = res.levels[0]
+    run = dp_marginals._Run(algo, planted, SimulationNoise(0), None)
+    assert level.threshold == run._set_union_threshold(level.noise_scale,
+                                                       level.contribution_bound)
+    assert level.noise_scale == pytest.approx(hand.sigmas[0] * math.sqrt(
+        level.contribution_bound), rel=1e-9)
+    saved = DPMarginalsResult.from_dict(json.loads(json.dumps(res.to_dict())))
+    assert saved.budget["privacy_map_rho"] == rho
+
+
+def test_a_simulation_certifies_nothing(planted):
+    res = DPMarginals(1.0, 1e-6, 2).fit(planted, rng=0, simulation=True)
+    assert res.budget["privacy_map_rho"] is None and not res.private
 
 
 def test_tabular_release_and_marginal_tables():

@@ -107,7 +107,7 @@ def _missing(monkeypatch, *modules):
     ("datasets", ("pooch",), lambda: __import__(
         "dpmarginals.datasets.files", fromlist=["x"]).pooch.retrieve),
     ("tables", ("polars",), lambda: __import__(
-        "dpmarginals.central.contingency", fromlist=["x"])._opendp()),
+        "dpmarginals.central.opendp_tables", fromlist=["x"]).require_tables()),
     ("pgm", ("jax", "mbi"), lambda: __import__(
         "dpmarginals.inference.pgm", fromlist=["x"]).require_mbi()),
     ("spark", ("pyspark", "pyspark.sql"), lambda: __import__(
@@ -121,3 +121,36 @@ def test_a_missing_module_is_one_line_naming_its_extra(monkeypatch, extra, modul
     assert isinstance(info.value, MissingExtraError) or extra == "pgm", repr(info.value)
     assert "\n" not in message
     _extra_line(message, extra)
+
+
+@pytest.mark.parametrize("method, blocked, extra", [
+    ("aim", {"polars"}, "tables"),
+    ("aim", {"opendp"}, "tables"),
+    ("aim", {"mbi", "jax", "jaxlib"}, "tables"),
+    ("mst", {"polars"}, "tables"),
+    ("priview", {"opendp"}, "central"),
+    ("residual", {"opendp"}, "central"),
+])
+def test_every_central_method_without_its_extra_is_one_line_on_the_command(
+        tmp_path, method, blocked, extra):
+    """Issue 35: `release --model central --method M` itself, in a process where the extra's
+    modules cannot be imported, prints one line naming the extra (no traceback), before
+    reading the data."""
+    pd.DataFrame(np.random.default_rng(0).integers(0, 2, (400, 3)), columns=list("abc")
+                 ).to_csv(tmp_path / "d.csv", index=False)
+    (tmp_path / "d.json").write_text('{"a": 2, "b": 2, "c": 2}')
+    delta = [] if method == "priview" else ["--delta", "1e-9"]
+    proc = cli_without(blocked, "release", "d.csv", "--domain", "d.json", "--model", "central",
+                       "--method", method, "--epsilon", 1, *delta, "--out", "r.json",
+                       cwd=tmp_path)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+    _extra_line(one_error_line(proc), extra)
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_the_k_tuple_command_without_opendp_is_one_line(tmp_path):
+    (tmp_path / "r.dat").write_text("1 2 3\n1 2\n" * 50)
+    proc = cli_without({"opendp"}, "central", "--data", tmp_path / "r.dat", "--epsilon", 1,
+                       "--delta", "1e-6", "--max-k", 2)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+    _extra_line(one_error_line(proc), "central")

@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Protocol
 
 from .central.contingency import AIM, MST
 from .central.priview import PriView
+from .central.residual import ResidualPlanner
 from .core.dataset import Dataset
 from .core.domain import Domain
 from .core.errors import DPMarginalsError
@@ -66,6 +67,7 @@ _REGISTRY: dict[str, Callable[..., Any]] = {
     "priview": PriView,  # central DP, the papers' reference point
     "aim": AIM,  # issue #18: central (epsilon, delta)-DP through OpenDP ('tables' extra)
     "mst": MST,
+    "residual": ResidualPlanner,  # issue 35: ResidualPlanner (Xiao et al. 2023), central
     "wfm": WFM,  # issue #20: the workload factorization mechanism (McKenna et al. 2020)
 }
 

@@ -24,9 +24,11 @@ import pandas as pd
 
 from .central.accounting import check_delta
 from .central.contingency import RANDOMNESS
+from .central.residual import RANDOMNESS as RESIDUAL_RANDOMNESS
 from .core.dataset import Dataset
 from .core.domain import Domain
 from .core.errors import DPMarginalsError, PrivacyLeakWarning
+from .core.extras import require_extra
 from .core.provenance import (
     CENTRAL_UNIT,
     LOCAL_UNIT,
@@ -39,9 +41,11 @@ from .synopsis.base import SYNOPSIS_FORMAT, Synopsis, load_synopsis, read_json
 
 __all__ = ["CENTRAL_METHODS", "MODELS", "load_release", "release", "resolve_method"]
 
-CENTRAL_METHODS = frozenset({"aim", "mst", "priview"})
+CENTRAL_METHODS = frozenset({"aim", "mst", "priview", "residual"})
+#: The extra each central method's private release needs (checked before anything else).
+CENTRAL_EXTRAS = {"aim": "tables", "mst": "tables", "priview": "central", "residual": "central"}
 #: Central methods that are (epsilon, delta)-DP (the others are pure epsilon-DP).
-APPROXIMATE_METHODS = frozenset({"aim", "mst"})
+APPROXIMATE_METHODS = frozenset({"aim", "mst", "residual"})
 MODELS = ("local", "central")
 _SEEDS = ("rng", "seed", "random_state")
 
@@ -67,12 +71,13 @@ def release(
     :class:`PrivacyLeakWarning`; the file is then marked not private, since the domain
     reveals the data's values).  ``model``: ``"local"`` (every person randomizes her own
     record; default method ``calm``) or ``"central"`` (a curator holds the table; default
-    method ``aim``, also ``mst`` and ``priview``); by default the method's own.  ``delta``:
-    for ``aim`` and ``mst``, which are (epsilon, delta)-DP (well below 1/n, e.g. 1e-9); the
-    other methods are pure epsilon-DP and take none.  ``k``: the marginals to answer well
-    (AIM's workload: all k-way marginals).  ``params`` go to the method (e.g. ``m``, ``l``,
-    ``oracle``, ``inference``, ``postprocess``: methods that have it publish Norm-Sub'ed
-    tables unless ``postprocess="none"``; AIM's ``max_model_size``, ``rounds``, ``iters``);
+    method ``aim``, also ``mst``, ``priview`` and ``residual``); by default the method's
+    own.  ``delta``: for ``aim``, ``mst`` and ``residual``, which are (epsilon, delta)-DP
+    (well below 1/n, e.g. 1e-9); the other methods are pure epsilon-DP and take none.
+    ``k``: the marginals to answer well (AIM's workload: all k-way marginals).
+    ``params`` go to the method (e.g. ``m``, ``l``, ``oracle``, ``inference``,
+    ``postprocess``: methods that have it publish Norm-Sub'ed tables unless
+    ``postprocess="none"``; AIM's ``max_model_size``, ``rounds``, ``iters``);
     a seed or ``per_user=False`` is refused.
     """
     from .methods import make
@@ -84,6 +89,8 @@ def release(
                 "path with the OS's secure randomness (for a seeded simulation use "
                 "make(method, ...).run(data, rng=seed))")
     name, central = resolve_method(method, model, delta)
+    if central:
+        require_extra(CENTRAL_EXTRAS[name], what=f"--model central --method {name}")
     dataset = _dataset(data, domain, domain_from_data, extra_columns)
     extra: dict[str, Any] = {"per_user": True}
     if name == "priview":
@@ -103,8 +110,8 @@ def release(
             "published unprotected" if dataset.domain_from_data else None)
     randomness = OS_RANDOMNESS
     if central:
-        randomness = (RANDOMNESS if name in APPROXIMATE_METHODS
-                      else "OpenDP's discrete Laplace sampler")
+        randomness = {"residual": RESIDUAL_RANDOMNESS, "priview": "OpenDP's discrete Laplace "
+                      "sampler"}.get(name, RANDOMNESS)
     synopsis.provenance = Provenance(
         private=leak is None, model="central" if central else "local", method=algo.name,
         epsilon=float(algo.epsilon), delta=float(delta or 0.0),
@@ -135,7 +142,7 @@ def resolve_method(method: str | None, model: str | None,
                                "(--delta), well below 1/n, e.g. 1e-9")
     if name not in APPROXIMATE_METHODS and delta is not None:
         raise DPMarginalsError(f"delta {delta!r} does not apply: method {method!r} is pure "
-                               "epsilon-DP (aim and mst take a delta)")
+                               "epsilon-DP (aim, mst and residual take a delta)")
     return name, central
 
 

@@ -69,6 +69,7 @@ __all__ = [
     "ACCOUNTANTS",
     "PrivacyBudget",
     "check_delta",
+    "contingency_rho",
     "plan_budget",
     "rdp_epsilon",
     "rdp_rho",
@@ -242,3 +243,17 @@ def _calibrate_rdp(epsilon: float, delta: float, rho_low: float) -> float:
         else:
             hi = mid
     return lo
+
+
+def contingency_rho(epsilon: float, delta: float, accountant: str = "zcdp") -> float:
+    """The zCDP budget ``rho`` that certifies ``(epsilon, delta)``-DP (AIM, MST, residual):
+    :func:`zcdp_rho`, or :func:`rdp_rho` with ``accountant="rdp"``.
+
+    >>> round(contingency_rho(1.0, 1e-9), 8)
+    0.01178116
+    >>> abs(zcdp_epsilon(contingency_rho(1.0, 1e-9), 1e-9) - 1.0) < 1e-12
+    True
+    """
+    if accountant not in ACCOUNTANTS:
+        raise DPMarginalsError(f"accountant must be one of {ACCOUNTANTS}, got {accountant!r}")
+    return rdp_rho(epsilon, delta) if accountant == "rdp" else zcdp_rho(epsilon, delta)

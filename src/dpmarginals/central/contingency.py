@@ -42,9 +42,11 @@ and scores every candidate marginal against it, so a run costs about
 tree, AIM's own cap, 80 in the paper) and ``rounds`` bound it.  ``run`` records the
 seconds and rounds in ``info``.
 
-The result is a :class:`ContingencySynopsis`: the fitted model's log-potentials as plain
-numpy arrays (answering a query needs neither JAX nor ``mbi``) and the measured sets with
-their noise, from which measured marginals get standard errors.
+The result is a :class:`~.contingency_synopsis.ContingencySynopsis`: the fitted model's
+log-potentials as plain numpy arrays (answering a query needs neither JAX nor ``mbi``) and
+the measured sets with their noise, from which measured marginals get standard errors.
+OpenDP's side (the extra, the composed measurement) is :mod:`.opendp_tables`, mbi's is
+:mod:`.mbi_bridge`, the budget's conversion :func:`.accounting.contingency_rho`.
 """
 
 from __future__ import annotations
@@ -52,10 +54,7 @@ from __future__ import annotations
 import functools
 import math
 import time
-import warnings
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -63,20 +62,13 @@ import numpy as np
 from ..core.dataset import Dataset
 from ..core.domain import Domain
 from ..core.errors import DPMarginalsError, check_choice, check_epsilon, check_k, check_positive_int
-from ..core.extras import require
 from ..core.randomness import RNGLike
-from ..core.table import MarginalTable
-from ..inference.pgm import GraphicalModel, require_mbi
 from ..protocol.plan import Plan
-from ..synopsis.base import Synopsis, check_query, maximal_overlaps
-from .accounting import (
-    ACCOUNTANTS,
-    check_delta,
-    rdp_epsilon,
-    rdp_rho,
-    zcdp_epsilon,
-    zcdp_rho,
-)
+from . import mbi_bridge
+from .accounting import ACCOUNTANTS, check_delta, contingency_rho, rdp_epsilon, zcdp_epsilon
+from .contingency_synopsis import ContingencySynopsis
+from .map_count import check_map_count
+from .opendp_tables import certified_rho, marginals_measurement, mst_fit_budget, require_tables
 
 __all__ = ["AIM", "MST", "ContingencySynopsis", "contingency_rho"]
 
@@ -86,136 +78,6 @@ AIM_ONEWAY_SHARE = 0.9 / 16
 MST_ONEWAY_SHARE = 1 / 3
 RANDOMNESS = ("OpenDP's discrete Gaussian and noisy-max samplers (zCDP), on the OS's "
               "randomness; not seedable")
-
-
-def contingency_rho(epsilon: float, delta: float, accountant: str = "zcdp") -> float:
-    """The zCDP budget ``rho`` that certifies ``(epsilon, delta)``-DP.
-
-    >>> round(contingency_rho(1.0, 1e-9), 8)
-    0.01178116
-    >>> abs(zcdp_epsilon(contingency_rho(1.0, 1e-9), 1e-9) - 1.0) < 1e-12
-    True
-    """
-    check_choice(accountant, "accountant", ACCOUNTANTS)
-    return rdp_rho(epsilon, delta) if accountant == "rdp" else zcdp_rho(epsilon, delta)
-
-
-def _opendp() -> Any:
-    """OpenDP with its ``mbi`` module, polars, and mbi with 64-bit JAX."""
-    what = "AIM and MST (OpenDP's contingency tables)"
-    require("polars", extra="tables", what=what)
-    dp = require("opendp.prelude", extra="tables", what=what)
-    require("opendp.extras.mbi", extra="tables", what=what)
-    require_mbi()
-    import jax
-
-    # mbi's advice: its many small compiled programs make JAX's persistent cache a cost
-    jax.config.update("jax_enable_compilation_cache", False)
-    dp.enable_features("contrib")
-    return dp
-
-
-#: Linux's limit on a process's memory mappings below which long AIM runs are warned about:
-#: XLA maps memory for every program it compiles, and AIM compiles fits round after round.
-#: ACS (d = 23) at eps = 10 reached the default 65,530 after ~55 min and aborted with "LLVM
-#: ERROR: Unable to allocate section memory"; one worker held 9,662 mappings after 80 s.
-MIN_MAP_COUNT = 262_144
-#: Rounds from which AIM runs long enough to reach that limit.
-LONG_AIM_ROUNDS = 200
-
-
-def check_map_count(rounds: int, path: Path = Path("/proc/sys/vm/max_map_count"),
-                    method: str = "aim") -> None:
-    """Warn before a long run of ``rounds`` compiled fits on a Linux system whose
-    ``vm.max_map_count`` is low."""
-    if rounds < LONG_AIM_ROUNDS or not path.exists():
-        return
-    try:
-        limit = int(path.read_text().strip())
-    except (OSError, ValueError):
-        return
-    if limit < MIN_MAP_COUNT:
-        warnings.warn(f"{method}: {rounds} rounds may exceed this system's vm.max_map_count "
-                      f"({limit}) and abort with 'LLVM ERROR: Unable to allocate section "
-                      f"memory'; raise it first (sudo sysctl -w vm.max_map_count="
-                      f"{MIN_MAP_COUNT * 4}) or pass fewer --rounds", RuntimeWarning,
-                      stacklevel=3)
-
-
-def _fit(domain: Any, loss_fn: Any, *, potentials: Any = None, iters: int) -> Any:
-    """The estimator OpenDP's algorithms call: mbi's mirror descent, warm-started.
-
-    OpenDP 0.16's ``mbi`` module was written for mbi 1.1 (``mbi.estimation.mirror_descent``,
-    a model whose ``cliques`` is a list and whose domain has ``attrs``); with mbi 2 the
-    estimator is a class, ``cliques`` a tuple (OpenDP's AIM extends it with a list) and the
-    domain's names are ``attributes`` (OpenDP's MST reads ``attrs``): :func:`_model_class`
-    bridges both.
-    """
-    from mbi import estimation
-
-    model = estimation.MirrorDescent().estimate(domain, loss_fn, iters=iters,
-                                                warm_start=potentials)
-    return _model_class()(potentials=model.potentials, marginals=model.marginals,
-                          total=model.total, constraints=model.constraints)
-
-
-def numpy_model(model: Any) -> GraphicalModel:
-    """An mbi model's log-potentials as a numpy :class:`GraphicalModel`."""
-    dom = model.domain
-    domain = Domain(tuple(dom.attributes), tuple(int(s) for s in dom.shape))
-    pots = [(tuple(model.potentials.tables[c].domain.attributes),
-             np.asarray(model.potentials.tables[c].values, dtype=np.float64))
-            for c in model.potentials.cliques]
-    return GraphicalModel(domain, pots)
-
-
-@functools.cache
-def _model_class() -> type:
-    """mbi's ``MarkovRandomField`` with list ``cliques`` and numpy marginals.
-
-    ``project`` of a set outside the model's cliques is variable elimination, which JAX
-    compiles anew for every (model, query) pair, and AIM scores every candidate marginal
-    against every round's model: py-spy found nearly all of a run's time in JAX compiles
-    (NLTCS, d = 8: 18 minutes for 15 rounds on a loaded 2-core machine).  The same marginal
-    by numpy's variable elimination (:class:`~dpmarginals.inference.pgm.GraphicalModel`)
-    takes milliseconds.
-    """
-    import jax.numpy as jnp
-    from mbi import Domain as MbiDomain
-    from mbi import Factor, MarkovRandomField
-
-    class _Domain(MbiDomain):  # type: ignore[misc]
-        @property
-        def attrs(self) -> tuple[str, ...]:
-            return tuple(self.attributes)
-
-    class _Model(MarkovRandomField):  # type: ignore[misc]
-        @property
-        def cliques(self) -> list[tuple[str, ...]]:
-            return list(super().cliques)
-
-        @property
-        def domain(self) -> Any:
-            dom = super().domain
-            return _Domain(dom.attributes, dom.shape)
-
-        def project(self, attrs: Any) -> Any:
-            attrs = (attrs,) if isinstance(attrs, str | int) else tuple(attrs)
-            if self.marginals.supports(attrs):
-                return super().project(attrs)
-            values = _cached_numpy_model(self).marginal(attrs) * float(self.total)
-            return Factor(self.domain.project(attrs), jnp.asarray(values))
-
-    return _Model
-
-
-_LAST_MODEL: list[Any] = []  # (mbi model, its numpy GraphicalModel): AIM asks one per round
-
-
-def _cached_numpy_model(model: Any) -> GraphicalModel:
-    if not _LAST_MODEL or _LAST_MODEL[0] is not model:
-        _LAST_MODEL[:] = [model, numpy_model(model)]
-    return _LAST_MODEL[1]
 
 
 @dataclass
@@ -266,39 +128,21 @@ class _ContingencyMethod:
         return float(np.nextafter(rho, 0.0))
 
     def measurement(self, domain: Domain) -> tuple[Any, float]:
-        """OpenDP's measurement (1-way marginals, then the algorithm, composed adaptively)
-        and the rho its privacy map certifies, checked to be at most :attr:`rho`.
+        """OpenDP's measurement (1-way marginals, then the algorithm, composed adaptively:
+        :func:`~.opendp_tables.marginals_measurement`) and the rho its privacy map
+        certifies, checked to be at most :attr:`rho`.
 
         Its input is a polars LazyFrame of the attributes' codes (``u32``, ``0..size-1``);
         its output ``(marginals, model)``.
         """
-        dp = _opendp()
-        from opendp._internal import _new_pure_function
-        from opendp.extras.mbi import Count, Fixed, Marginals
-
-        estimator = functools.partial(_fit, iters=self.iters)
+        require_tables()
+        estimator = functools.partial(mbi_bridge.fit, iters=self.iters)
         algorithm, share = self._algorithm(estimator, len(domain))
-        space = dp.lazyframe_domain([
-            dp.series_domain(a, dp.atom_domain(T="u32", bounds=(0, size - 1)))
-            for a, size in zip(domain.attributes, domain.sizes, strict=True)])
-        metric = dp.frame_distance(dp.symmetric_distance())
-        measure = dp.zero_concentrated_divergence()
-        d_in = [dp.polars.Bound(per_group=1)]  # one record added or removed
         rho = self.rho
         rho_oneway = rho * share
         rho_rest = self._fit_budget(rho - rho_oneway, len(domain))
-        oneway = Fixed(queries=[Count((a,)) for a in domain.attributes], estimator=estimator)
-
-        def release(queryable: Any) -> Any:
-            marginals, model = queryable(oneway.make_marginals(
-                space, metric, measure, d_in, rho_oneway, marginals=Marginals(), model=None))
-            return queryable(algorithm.make_marginals(
-                space, metric, measure, d_in, rho_rest, marginals=marginals, model=model))
-
-        meas = dp.c.make_adaptive_composition(space, metric, measure, d_in,
-                                              [rho_oneway, rho_rest])
-        meas = meas >> _new_pure_function(release)
-        spent = float(meas.map(d_in))
+        meas = marginals_measurement(domain, algorithm, estimator, rho_oneway, rho_rest)
+        spent = certified_rho(meas)
         if spent > rho:
             raise DPMarginalsError(f"{self.name}: OpenDP's measurement spends rho = {spent} "
                                    f"> {rho}")
@@ -307,6 +151,7 @@ class _ContingencyMethod:
     def run(self, data: Dataset, *, rng: RNGLike = None) -> ContingencySynopsis:
         """Measure and fit on ``data``.  The noise is OpenDP's, never seeded: ``rng`` is
         accepted for the :class:`~dpmarginals.methods.Method` interface and unused."""
+        require_tables()  # before anything is imported or read: one line if missing
         import polars as pl
 
         plan = self.plan(data.domain, data.n)
@@ -386,99 +231,5 @@ class MST(_ContingencyMethod):
         return OpenDPMST(estimator=estimator, measure_split=0.5), MST_ONEWAY_SHARE
 
     def _fit_budget(self, rho: float, d: int) -> float:
-        """A budget whose split OpenDP's own accounting accepts.
-
-        OpenDP 0.16's MST gives each of its ``d - 1`` selections ``prior(select / (d - 1))``
-        and later checks their composition, whose sum OpenDP rounds up, against ``select``:
-        for some values it exceeds it by one ulp ("insufficient budget for query", seen at
-        epsilon 1 on NLTCS) after the 1-way marginals were spent.  The same check is made here
-        first, on the public budget alone, trimming ``rho`` by 1e-12 relative steps.
-        """
-        dp = _opendp()
-
-        def prior(x: float) -> float:
-            return float(np.nextafter(x, -np.inf))
-
-        space = (dp.vector_domain(dp.atom_domain(T=float, nan=False)), dp.l2_distance(T=float))
-        for step in range(100):
-            budget = float(prior(rho * (1 - step * 1e-12)))
-            select = float(prior(prior(budget - budget * 0.5)))
-            each = float(prior(select / max(d - 1, 1)))
-            spent = dp.c.make_adaptive_composition(
-                *space, dp.zero_concentrated_divergence(), 1.0, [each] * max(d - 1, 1)).map(1.0)
-            if spent <= select:
-                return budget
-        raise DPMarginalsError(f"mst: no split of rho = {rho} passes OpenDP's accounting")
-
-
-@dataclass(eq=False)
-class ContingencySynopsis(Synopsis):
-    """A graphical model fitted to noisy marginals by AIM or MST.
-
-    ``measurements``: each measured attribute set with its noise (standard deviation of
-    one count); ``total``: the model's estimate of the number of records.
-    """
-
-    kind: ClassVar[str] = "contingency"
-    domain: Domain
-    model: GraphicalModel
-    measurements: list[tuple[tuple[str, ...], float]]
-    total: float
-    method: str = "aim"
-    info: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_mbi(cls, domain: Domain, method: str, marginals: Any, model: Any
-                 ) -> ContingencySynopsis:
-        """From OpenDP's ``(Marginals, MarkovRandomField)``: log-potentials as numpy."""
-        pots = numpy_model(model).potentials
-        measured = [(tuple(m.clique), float(m.stddev)) for m in marginals.flatten()]
-        _LAST_MODEL.clear()
-        return cls(domain, GraphicalModel(domain, pots), measured, float(model.total), method)
-
-    def marginal(self, attrs: Sequence[str], *, std: bool = False) -> MarginalTable:
-        """The model's marginal; ``std=True`` attaches :meth:`measurement_std`."""
-        attrs = check_query(self.domain, attrs)
-        table = MarginalTable(self.domain.project(attrs), self.model.marginal(attrs))
-        return table.replace(std=self.measurement_std(attrs)) if std else table
-
-    def measured_sets(self, attrs: Sequence[str]) -> tuple[tuple[str, ...], ...]:
-        return maximal_overlaps([c for c, _ in self.measurements], attrs)
-
-    def measurement_std(self, attrs: Sequence[str]) -> np.ndarray:
-        """Per-cell standard error of a marginal inside measured sets (as a fraction).
-
-        A measured set ``C ⊇ Q`` with per-count noise ``sigma_C`` gives each cell of Q as a
-        sum of ``a_C = cells(C) / cells(Q)`` noisy counts; the measurements are combined with
-        inverse-variance weights: ``var = 1 / sum_C 1 / (a_C sigma_C^2)``, divided by the
-        total squared (what OpenDP's ``ContingencyTable.std`` computes; the AIM paper's
-        §5 estimate for measured marginals).  It is the error of that linear estimate; the
-        model's answer is its projection onto one consistent, non-negative distribution,
-        usually closer.  A marginal no measured set contains has no such error: the
-        model's inference there has no calibrated standard error, and asking is an error.
-        """
-        attrs = check_query(self.domain, attrs)
-        cells = self.domain.project(attrs).cells()
-        precision = sum(1.0 / (self.domain.project(c).cells() / cells * sd**2)
-                        for c, sd in self.measurements if set(attrs) <= set(c))
-        if precision == 0:
-            inside = [list(c) for c, _ in self.measurements if len(c) > 1][:3]
-            raise DPMarginalsError(
-                f"{self.method} measured no marginal containing {list(attrs)}: its answer is "
-                "the graphical model's inference, which has no calibrated standard error; "
-                f"--std applies to marginals inside a measured set, e.g. {inside}")
-        std = math.sqrt(1.0 / precision) / max(self.total, 1.0)
-        return np.full(self.domain.project(attrs).shape, std)
-
-    def _payload(self) -> dict[str, Any]:
-        return {"info": self.info, "total": self.total, "model": self.model.to_dict(),
-                "measurements": [{"attributes": list(c), "stddev": sd}
-                                 for c, sd in self.measurements]}
-
-    @classmethod
-    def _from_payload(cls, domain: Domain, method: str, payload: Mapping[str, Any]) -> Synopsis:
-        measured = [(tuple(m["attributes"]), float(m["stddev"]))
-                    for m in payload["measurements"]]
-        return cls(domain, GraphicalModel.from_dict(domain, payload["model"]), measured,
-                   float(payload["total"]), method, dict(payload.get("info", {})))
-
+        """A budget whose split OpenDP's MST accepts (:func:`~.opendp_tables.mst_fit_budget`)."""
+        return mst_fit_budget(rho, d)

@@ -39,7 +39,11 @@ sampling from the apriori join, exact), with values from the exact conditional t
 the binomial and the tail are sampled by float64 inversion (total variation ~1e-12, which
 adds at most ``(1 + e^epsilon) * 1e-12`` to ``delta``).  A test checks both paths agree.
 
-Privacy accounting: :mod:`.accounting`.
+Privacy accounting: :mod:`.accounting` derives the split; on the release path every stage
+runs as an OpenDP measurement inside one OpenDP composition (:mod:`.ktuple_stages`), whose
+privacy map gives the ``(rho, delta)`` the release records (``budget["privacy_map_rho"]``,
+``budget["privacy_map_delta"]``) and OpenDP's conversion the ``epsilon`` it certifies at
+``delta`` (``budget["epsilon_certified"]``).
 
 >>> recs = SparseRecords.from_lists([[1, 2, 3]] * 3000 + [[1, 2]] * 3000 + [[4]] * 3000)
 >>> res = DPMarginals(epsilon=1.0, delta=1e-6, max_k=3).fit(recs, rng=0, simulation=True)
@@ -64,6 +68,7 @@ from ..core.randomness import RNGLike
 from ..datasets.sparse import SparseRecords
 from ..engines.parquet import as_records
 from .accounting import PrivacyBudget, check_delta, plan_budget
+from .ktuple_stages import CertifiedStages, SimulatedStages, stage_budgets
 from .noise import (
     NoiseSource,
     dg_sf,
@@ -187,9 +192,11 @@ class DPMarginals:
         levels = runner.run()
         items = [(records.columns[int(records.item_column[i])], records.item_value_label(int(i)))
                  for i in runner.s1_items]
+        budget = self.budget.to_dict()
+        budget.update(runner.certified())
         return DPMarginalsResult(
             levels=levels, items=items, binary=records.binary,
-            budget=self.budget.to_dict(), params=self.params(), private=noise.private,
+            budget=budget, params=self.params(), private=noise.private,
             name=records.name, timings=runner.timings,
         )
 
@@ -206,6 +213,21 @@ class _Run:
         self.budget = algo.budget
         self.timings: list[dict[str, float]] = []
         self.s1_items = np.zeros(0, np.int64)
+        self.stages: Any = (CertifiedStages(noise, algo.budget.quantile_zcdp)  # type: ignore
+                            if noise.private else SimulatedStages(noise))  # type: ignore
+
+    def certified(self) -> dict[str, Any]:
+        """What OpenDP's map of the composition certifies (nothing for a simulation)."""
+        spent = self.stages.certified()
+        if spent is None:
+            return {"privacy_map_rho": None, "privacy_map_delta": None}
+        rho, delta = spent
+        dp = self.stages.dp
+        eps, _ = dp.c.make_fix_delta(dp.c.make_zCDP_to_approxDP(self.stages._composition),
+                                     self.budget.delta).map(1)
+        return {"privacy_map_rho": rho, "privacy_map_delta": delta,
+                "epsilon_certified": float(eps),
+                "certified_by": "OpenDP's privacy map of the composed stages"}
 
     def _upper(self, k: int) -> int:
         """Largest candidate ``Delta_k``: ``max_contribution``, or ``C(d, k)`` for a table
@@ -218,15 +240,25 @@ class _Run:
     def _delta_k(self, k: int, index: _TupleIndex | None) -> int:
         """``Delta_k``: the DP percentile of the users' numbers of valid k-tuples."""
         upper = self._upper(k)
-        sizes = self.counter.sizes(k, index, upper + 1)
-        return self.noise.percentile(sizes, self.algo.percentile, self.budget.epsilon_q, upper)
+        return self.stages.percentile(lambda counter: counter.sizes(k, index, upper + 1),
+                                      self.algo.percentile, self.budget.epsilon_q, upper)
 
     def _set_union_threshold(self, scale: float, bound: int) -> float:
         """``rho = 1 + t``: a count-1 item crosses it with prob. <= 1 - (1 - d)^(1/Delta)."""
         d = self.budget.delta_threshold / (self.algo.max_k if self.algo.no_spurious else 1)
         return 1.0 + dg_threshold(_delta_tail(d, bound), scale)
 
+    def _threshold(self, k: int, bound: int, scale: float, kept: Any = None
+                   ) -> tuple[np.ndarray, np.ndarray, float, float]:
+        """DP set union of the kept k-tuples: ``(keys, noisy counts, scale, rho)``, the
+        keys whose noisy count exceeds ``rho``."""
+        rho = self._set_union_threshold(scale, bound)
+        kept = kept or (lambda counter: counter.kept(k, bound, self.noise))
+        keys, noisy, scale, at_least = self.stages.threshold(kept, scale, int(rho) + 1, bound)
+        return keys, noisy, scale, float(at_least - 1)
+
     def run(self) -> list[Level]:
+        self.stages.start(self.counter, stage_budgets(self.budget, self.algo.no_spurious))
         try:
             return self._run()
         finally:
@@ -238,16 +270,12 @@ class _Run:
         # -- k = 1 ------------------------------------------------------------------------
         d1 = self._delta_k(1, None)
         t_pct = time.perf_counter()
-        omega, hist = self.counter.kept(1, d1, self.noise)
-        t_count = time.perf_counter()
         scale = self.budget.sigmas[0] * math.sqrt(d1)
-        rho = self._set_union_threshold(scale, d1)
-        noisy = self.noise.add_discrete_gaussian(hist, scale)
-        sel = noisy > rho
-        self.s1_items = np.asarray(omega, np.int64)[sel]
-        levels = [Level(1, np.arange(int(sel.sum()), dtype=np.int64)[:, None], noisy[sel],
+        items, counts, scale, rho = self._threshold(1, d1, scale)
+        t_count = t_noise = time.perf_counter()  # the bounding runs inside the measurement
+        self.s1_items = items
+        levels = [Level(1, np.arange(items.size, dtype=np.int64)[:, None], counts,
                         d1, rho, None, scale, False)]
-        t_noise = time.perf_counter()
         self.timings.append({"candidates": 0.0, "percentile": t_pct - clock,
                              "bounding": t_count - t_pct, "noise": t_noise - t_count,
                              "total": t_noise - clock})
@@ -277,30 +305,46 @@ class _Run:
         t1 = time.perf_counter()
         dk = self._delta_k(k, index)
         t2 = time.perf_counter()
-        kept_keys, kept_counts = self.counter.kept(k, dk, noise)
-        t3 = time.perf_counter()
         scale = self.budget.sigmas[k - 1] * math.sqrt(dk)
         implicit = False
+        stages = self.stages
+        bounding = [0.0]
+
+        def kept(counter: Any) -> tuple[np.ndarray, np.ndarray]:
+            start = time.perf_counter()
+            out = counter.kept(k, dk, noise)
+            bounding[0] += time.perf_counter() - start
+            return out
+
         if algo.no_spurious:
-            n_cand = int(kept_keys.size)
-            rho = self._set_union_threshold(scale, dk)
-            noisy = noise.add_discrete_gaussian(kept_counts, scale)
-            sel = noisy > rho
-            out_keys, out_counts = kept_keys[sel], noisy[sel]
+            out_keys, out_counts, scale, rho = self._threshold(k, dk, scale, kept)
         elif n_cand == 0:
             rho, out_keys, out_counts = float("nan"), np.zeros(0, np.int64), np.zeros(0, np.int64)
         else:
             rho = float(dg_threshold(algo.eta * min(1.0, n_prev / n_cand), scale))
             if cand_keys is not None:  # V_k materialised: noise on every candidate
-                hist = np.zeros(cand_keys.size, np.int64)
-                hist[_KeyMap(cand_keys, index.key_space(k)).find(kept_keys)] = kept_counts
-                noisy = noise.add_discrete_gaussian(hist, scale)
+                where = _KeyMap(cand_keys, index.key_space(k))
+
+                def histogram(counter: Any) -> np.ndarray:
+                    keys, counts = kept(counter)
+                    hist = np.zeros(cand_keys.size, np.int64)
+                    hist[where.find(keys)] = counts
+                    return hist
+
+                noisy, scale = stages.gaussian(histogram, scale, dk)
                 sel = noisy > rho
                 out_keys, out_counts = cand_keys[sel], noisy[sel]
             else:  # implicit: noise on held candidates, unheld ones sampled in aggregate
                 implicit = True
-                held_keys = kept_keys
-                noisy = noise.add_discrete_gaussian(kept_counts, scale)
+                held: list[np.ndarray] = []
+
+                def nonzero(counter: Any) -> np.ndarray:
+                    keys, counts = kept(counter)
+                    held.append(keys)  # the positions in V_k of the entries noised
+                    return counts
+
+                noisy, scale = stages.gaussian(nonzero, scale, dk)
+                held_keys = held[0]
                 sel = noisy > rho
                 n0 = n_cand - int(held_keys.size)
                 m = sample_binomial(n0, dg_sf(int(rho), scale), float(noise.random(1)[0]))
@@ -316,7 +360,7 @@ class _Run:
         if out_keys.size >= 2 and k < algo.max_k:
             self.counter.advance(k, index, self.s1_items)
         self.timings.append({"candidates": t1 - t0, "percentile": t2 - t1,
-                             "bounding": t3 - t2, "noise": t4 - t3,
+                             "bounding": bounding[0], "noise": t4 - t2 - bounding[0],
                              "total": 0.0, "next": time.perf_counter() - t4})
         return Level(k, index.tuples[k].copy(), np.asarray(out_counts, np.int64), dk,
                      rho, None if algo.no_spurious else int(n_cand), scale, implicit)

@@ -9,9 +9,10 @@ central-model reference point.
 
 **Privacy.**  Neighbouring data sets differ by adding or removing one record, which changes
 one count in each of the m views: the count vectors have L1 sensitivity m, so integer
-noise from the discrete Laplace with scale >= m / eps makes the release eps-DP (n, the
-number of records, is treated as public: fractions are counts / n).  The noise is never a
-floating-point Laplace (Mironov 2012):
+noise from the discrete Laplace with scale >= m / eps makes the release eps-DP.  The number
+of records n is **not** published (it would break add/remove-one DP): the release's n is
+the mean of the noisy views' totals, post-processing of the noisy counts, and fractions are
+noisy counts / that n.  The noise is never a floating-point Laplace (Mironov 2012):
 
 * ``sampler="opendp"``: OpenDP's ``make_laplace`` on integer vectors (its exact discrete
   Laplace sampler on the OS's randomness); its privacy map is checked to give at most

@@ -87,6 +87,10 @@ def _cmd_central(args: argparse.Namespace) -> int:
     from ..central.dp_marginals import DPMarginals, spurious_fraction
     from ..datasets.sparse import resolve_data
 
+    if args.seed is None:  # a private release: OpenDP's samplers, checked before any work
+        from ..core.extras import require_extra
+
+        require_extra("central", what="dpmarginals central (OpenDP's samplers)")
     start = time.perf_counter()
     records = resolve_data(args.data, args.data_home)
     t_read = time.perf_counter()
@@ -125,6 +129,8 @@ def _cmd_central(args: argparse.Namespace) -> int:
         "delta": args.delta,
         "max_k": args.max_k,
         "private": result.private,
+        "privacy_map_rho": result.budget.get("privacy_map_rho"),
+        "epsilon_certified": result.budget.get("epsilon_certified"),
         "spurious_fraction_is_private": False,
     }
     if args.json:
@@ -135,6 +141,10 @@ def _cmd_central(args: argparse.Namespace) -> int:
     print(f"DP marginals on {records.name}: {records.n:,} records, {records.n_items:,} items; "
           f"epsilon={args.epsilon:g}, delta={args.delta:g}, T={args.max_k}, eta={args.eta:g}")
     print(f"  {mode}")
+    if result.budget.get("privacy_map_rho") is not None:
+        print(f"  OpenDP's privacy map certifies rho = {result.budget['privacy_map_rho']:.6g} "
+              f"(+ delta {result.budget['privacy_map_delta']:.3g} from the thresholds): "
+              f"epsilon {result.budget['epsilon_certified']:.4g} at delta {args.delta:g}")
     print(f"  {'k':>2} {'found':>7} {'Delta_k':>8} {'threshold':>10} {'candidates':>11} "
           f"{'seconds':>8} {'spurious*':>10}")
     for k, (lv, sec, sp) in enumerate(zip(result.levels, stage_seconds, spurious, strict=True), 1):

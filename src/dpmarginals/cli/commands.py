@@ -503,11 +503,11 @@ def _add_central_options(p: argparse.ArgumentParser) -> None:
     """``--model``, ``--delta`` and AIM's cost caps."""
     p.add_argument("--model", choices=("local", "central"), default=None,
                    help="local: every person randomizes her own record (methods calm, ...); "
-                   "central: a curator holds the table (aim, mst, priview); default: the "
+                   "central: a curator holds the table (aim, mst, priview, residual); default: the "
                    "method's own")
     p.add_argument("--delta", type=_delta, default=None,
-                   help="aim and mst: the delta of (epsilon, delta)-DP, well below 1/n (e.g. "
-                   "1e-9); the other methods are pure epsilon-DP and take none")
+                   help="aim, mst, residual: the delta of (epsilon, delta)-DP, well below 1/n "
+                   "(e.g. 1e-9); the other methods are pure epsilon-DP and take none")
     p.add_argument("--max-model-size", type=_positive_float, default=None, metavar="MB",
                    help="aim: cap on the graphical model's junction tree in MB (default 80, "
                    "the AIM paper's; smaller is faster)")

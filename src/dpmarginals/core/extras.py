@@ -21,7 +21,7 @@ from typing import Any
 
 from .errors import DPMarginalsError
 
-__all__ = ["EXTRAS", "MissingExtraError", "lazy", "message", "require"]
+__all__ = ["EXTRAS", "MissingExtraError", "lazy", "message", "require", "require_extra"]
 
 #: extra -> the modules it brings (pyproject.toml's optional dependencies, by import name).
 EXTRAS = {
@@ -60,6 +60,13 @@ def require(module: str, extra: str, what: str | None = None) -> ModuleType:
         return importlib.import_module(module)
     except ImportError:
         raise MissingExtraError(message(extra, what, module), extra, module) from None
+
+
+def require_extra(extra: str, what: str | None = None) -> None:
+    """Check that every module of ``extra`` imports, before any work starts: the first
+    missing one is a :class:`MissingExtraError` naming ``extra`` (one line)."""
+    for module in EXTRAS[extra]:
+        require(module, extra=extra, what=what)
 
 
 class _Lazy:
