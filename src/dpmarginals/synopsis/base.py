@@ -18,7 +18,8 @@ from ..core.domain import Domain
 from ..core.errors import DPMarginalsError
 from ..core.provenance import NOT_RELEASED, Provenance, warn_if_not_private
 from ..core.table import MarginalTable
-from ..inference import ConsistencyWarning, make_consistent
+from ..inference import ConsistencyWarning
+from ..inference.consistency import make_consistent_each
 from ..inference.views import NoisyView
 
 __all__ = ["Synopsis", "UniformSynopsis", "ViewSynopsis", "load_synopsis",
@@ -280,16 +281,39 @@ def consistent_synopsis(
     ``consistency_rounds``, ``consistent``, ``max_inconsistency``, ``min_cell``,
     ``consistency_dual_rounds``, ``consistency_gap`` and ``consistency_mixing``.
     """
-    index_views = [(domain.indices(v.attributes), v.table) for v in views]
+    return consistent_synopses(domain, [views], method, info, max_rounds=max_rounds)[0]
+
+
+def consistent_synopses(
+    domain: Domain, problems: Sequence[Sequence[NoisyView]], method: str, info: dict, *,
+    max_rounds: int = 1000
+) -> list[ViewSynopsis]:
+    """:func:`consistent_synopsis` of each list of noisy views over the same groups (a
+    bootstrap's replicates), their projections batched
+    (:func:`~dpmarginals.inference.consistency.make_consistent_each`)."""
+    if not problems:
+        return []
+    first = problems[0]
+    for r, views in enumerate(problems[1:], 1):
+        if [v.variance for v in views] != [v.variance for v in first]:
+            raise DPMarginalsError(f"consistent_synopses: problem {r}'s view variances differ "
+                                   "from problem 0's; fit it alone")
+    index_views = [[(domain.indices(v.attributes), v.table) for v in views]
+                   for views in problems]
     with warnings.catch_warnings():
         # Non-convergence is reported in ``info`` (consistent=False, the residuals).
         warnings.simplefilter("ignore", ConsistencyWarning)
-        result = make_consistent(index_views, domain.sizes,
-                                 variances=[v.variance for v in views], max_rounds=max_rounds)
-    info = {**info, "consistency_rounds": result.rounds, "consistent": result.converged,
-            "max_inconsistency": result.max_inconsistency, "min_cell": result.min_cell,
-            "consistency_dual_rounds": result.dual_rounds,
-            "consistency_gap": None if np.isnan(result.gap) else result.gap,
-            "consistency_mixing": result.mixing}
-    out = [(tuple(domain.attributes[i] for i in attrs), table) for attrs, table in result]
-    return ViewSynopsis(domain, out, method, info)
+        results = make_consistent_each(index_views, domain.sizes,
+                                       variances=[v.variance for v in first],
+                                       max_rounds=max_rounds)
+    out = []
+    for result in results:
+        made = {**info, "consistency_rounds": result.rounds, "consistent": result.converged,
+                "max_inconsistency": result.max_inconsistency, "min_cell": result.min_cell,
+                "consistency_dual_rounds": result.dual_rounds,
+                "consistency_gap": None if np.isnan(result.gap) else result.gap,
+                "consistency_mixing": result.mixing}
+        views = [(tuple(domain.attributes[i] for i in attrs), table)
+                 for attrs, table in result]
+        out.append(ViewSynopsis(domain, views, method, made))
+    return out
