@@ -8,7 +8,7 @@ import json
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -97,6 +97,13 @@ class Synopsis(ABC):
     @abstractmethod
     def _from_payload(cls, domain: Domain, method: str, payload: Mapping[str, Any]) -> Synopsis: ...
 
+    @classmethod
+    def _check_payload(cls, body: Mapping[str, Any], domain: Domain, source: str) -> None:
+        """Refuse, in one line naming the field and value, a saved payload this kind cannot
+        trust (before :meth:`_from_payload` reads it).  Default: nothing beyond what
+        :meth:`_from_payload` checks."""
+        return None
+
     @property
     def privacy(self) -> Provenance:
         """The privacy mark as saved: ``provenance``, or "not private" when unset."""
@@ -112,8 +119,12 @@ class Synopsis(ABC):
                 **self._payload()}
 
     def save(self, path: str | Path) -> None:
+        """Write :meth:`to_dict` as JSON, with the digest of its content
+        (:mod:`.release_file`: an edit is then detected on load)."""
+        from .release_file import sealed
+
         try:
-            Path(path).write_text(json.dumps(self.to_dict()))
+            Path(path).write_text(json.dumps(sealed(self.to_dict())))
         except OSError as exc:
             raise DPMarginalsError(f"cannot write {str(path)!r}: "
                                    f"{exc.strerror or exc}") from None
@@ -161,28 +172,47 @@ def read_json(path: str | Path) -> Any:
         raise DPMarginalsError(f"{str(path)!r} is not valid JSON: {exc}") from None
 
 
+#: Why a file without a digest is not taken for a private release.
+UNSEALED = ("it records no digest of its content (saved by an older dpmarginals, or the "
+            "digest was removed), so nothing tells whether it was edited")
+
+
 def load_synopsis(path: str | Path) -> Synopsis:
-    """Read a synopsis written by :meth:`Synopsis.save`; warns if it is not private."""
+    """Read a synopsis written by :meth:`Synopsis.save`; warns if it is not private.
+
+    Its digest is checked (an altered file is refused, :mod:`.release_file`) and every
+    field validated; a file without a digest is read as not private."""
+    from .release_file import check_digest
+
     body = read_json(path)
     if isinstance(body, dict) and body.get("format") == "dpmarginals.ktuples":
         raise DPMarginalsError(f"{str(path)!r} is a k-tuple release (`dpmarginals central`), "
                                "not a model of a table: open it with dpmarginals.load_release")
     if not isinstance(body, dict) or body.get("format") != SYNOPSIS_FORMAT:
         raise DPMarginalsError(f"{str(path)!r} is not a dpmarginals synopsis")
-    synopsis = synopsis_from_dict(body)
+    sealed = check_digest(body, str(path))
+    synopsis = synopsis_from_dict(body, source=str(path))
+    if not sealed and synopsis.privacy.private:
+        synopsis.provenance = replace(synopsis.privacy, private=False, reason=UNSEALED)
     warn_if_not_private(synopsis.privacy, str(path))
     return synopsis
 
 
-def synopsis_from_dict(body: Mapping[str, Any]) -> Synopsis:
-    """Rebuild a synopsis from :meth:`Synopsis.to_dict` output (any registered kind)."""
-    importlib.import_module("dpmarginals.methods")  # registers every method's synopsis kind
+def synopsis_from_dict(body: Mapping[str, Any], *, source: str = "synopsis") -> Synopsis:
+    """Rebuild a synopsis from :meth:`Synopsis.to_dict` output (any registered kind),
+    every field checked first (:mod:`.release_file`; ``source`` names the file in errors)."""
+    from .release_file import check_header, check_privacy
+
+    methods = importlib.import_module("dpmarginals.methods")  # registers every kind
     kind = body.get("kind")
     if kind not in _KINDS:
         raise DPMarginalsError(f"synopsis kind {kind!r} is unknown; known: {sorted(_KINDS)}")
+    check_header(body, source, list(_KINDS), methods.available())
+    check_privacy(body, source)
     try:
-        synopsis = _KINDS[kind]._from_payload(Domain.from_dict(body["domain"]), body["method"],
-                                              body)
+        domain = Domain.from_dict(body["domain"])
+        _KINDS[kind]._check_payload(body, domain, source)
+        synopsis = _KINDS[kind]._from_payload(domain, body["method"], body)
         if isinstance(body.get("privacy"), Mapping):
             synopsis.provenance = Provenance.from_dict(body["privacy"])
         return synopsis
@@ -241,6 +271,13 @@ class ViewSynopsis(Synopsis):
     def _payload(self) -> dict[str, Any]:
         return {"info": self.info,
                 "views": views_to_json(self.views)}
+
+    @classmethod
+    def _check_payload(cls, body: Mapping[str, Any], domain: Domain, source: str) -> None:
+        from ..oracles import ORACLES
+        from .release_file import check_views
+
+        check_views(body, domain, source, sorted(ORACLES))
 
     @classmethod
     def _from_payload(cls, domain: Domain, method: str, payload: Mapping[str, Any]) -> Synopsis:
