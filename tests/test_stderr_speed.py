@@ -40,7 +40,7 @@ def test_the_bootstraps_fits_are_batched(monkeypatch):
     worlds = stderr.bootstrap(syn, replicates=100, rng=0, linear=True)
     assert len(worlds) == 100
     rounds = max(w.fitted.info["consistency_rounds"] for w in worlds)
-    chunks = -(-100 // stderr.FIT_CHUNK)
+    chunks = 4  # stderr.FIT_CHUNK = 25 replicates fitted together
     # per chunk and round at most two calls (replicates in stage 1 project, in stage 2
     # Norm-Sub then project), + the dual point and the linear pass; one by one it was at
     # least two calls per replicate (its fit and its linear pass)

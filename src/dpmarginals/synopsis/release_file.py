@@ -195,7 +195,7 @@ def check_views(body: Mapping[str, Any], domain: Any, source: str,
                                   "a released cell must be in [0, 1]")
             total += x
         if abs(total - 1) > max(TOLERANCE, slack * cells):
-            raise field_error(source, f"the sum of {where}.values", total,
+            raise field_error(source, f"the sum of {where}.values", round(total, 9),
                               "a released table's cells sum to 1")
     _check_collection(info, domain, source, oracles)
 
