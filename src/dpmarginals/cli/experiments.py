@@ -49,6 +49,9 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
             raise DPMarginalsError("--population full applies to calm-fig4 only (CALM planned "
                                    "for the panel's n, every user of the data set reporting)")
         experiment = get("calm-fig4-population")
+    from ..experiments.preflight import check_ready
+
+    check_ready(experiment, args.quick)  # extras and data files, before anything runs
     start = time.perf_counter()
     result = run_experiment(experiment, args.out, quick=args.quick, jobs=args.jobs,
                             seed=args.seed, fresh=args.fresh)
