@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -107,7 +106,7 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
         "privacy": mark.to_dict(), "note": "post-processing of the release: the same "
         "guarantee" if mark.private else "sampled from a file that is NOT private"}, indent=1))
     print(f"wrote {data.n} synthetic records over {data.d} attributes to {out} "
-          f"({mark.describe()}; see {sidecar.name})", file=sys.stderr)
+          f"({mark.describe()}; see {sidecar.name})")
     return 0
 
 

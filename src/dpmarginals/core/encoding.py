@@ -100,6 +100,14 @@ def _binned_codes(attr: str, col: pd.Series, lab: Labels,
     x = pd.to_numeric(col, errors="coerce").to_numpy(np.float64, na_value=np.nan)
     inside = (x >= edges[0]) & (x <= edges[-1])
     codes = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, len(edges) - 2)
+    # A value that is not a number may name its bin ("[45, 65)", as `synthesize` writes
+    # it, or the domain's own label): a synthetic table reads back (issue #33).
+    text = np.isnan(x) & col.notna().to_numpy()
+    if text.any():
+        named = pd.Index(lab.names).get_indexer(_as_text(col[text])).astype(np.int64)
+        found = np.flatnonzero(text)[named >= 0]
+        codes[found] = named[named >= 0]
+        inside[found] = True
     if lab.other:
         return np.where(inside, codes, len(lab.names) - 1)
     _refuse(attr, col, ~inside, f"numbers in [{edges[0]:g}, {edges[-1]:g}]; declare "
