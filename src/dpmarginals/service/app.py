@@ -82,6 +82,7 @@ from ..protocol.phases import (
 from ..protocol.reports import BATCH_SCHEMA, MAX_BATCH_REPORTS, REPORT_SCHEMA, ReportError
 from . import answer_domain
 from .admission import PlanRejected, admit_plan, check_structure
+from .docs import add_api_docs
 from .errors import ServiceError, add_error_handlers, responses
 from .limits import BodyReader, RateLimiter, source_of
 from .phases import check_phase_one, earlier_phases, next_phase_plan
@@ -358,6 +359,7 @@ def create_app(
 
     app = fa.FastAPI(
         title="dpmarginals aggregator", version=__version__, lifespan=lifespan,
+        docs_url=None, redoc_url=None,  # served without a CDN by add_api_docs
         description="Collects local-DP reports of marginal tables and answers marginal "
         "queries from them. Reports carry no user identifier and no timestamp; see "
         "docs/deployment.md for the plan and report formats.",
@@ -377,6 +379,7 @@ def create_app(
     _add_analyst_endpoints(app, fa, agg, guards)
     _add_export_endpoint(app, fa, agg, guards)
     add_web_page(app)
+    add_api_docs(app)
     return app
 
 
