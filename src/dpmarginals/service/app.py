@@ -251,14 +251,11 @@ class Aggregator:
         decoded = campaign.codec.decode(items, indexed=batch)
         serials = None
         if campaign.settings.tickets != "off":
-            try:
-                serials = self.mint.verify(campaign.num, tickets, decoded.groups, indexed=batch)
-            except ServiceError:
-                if self.store.known(campaign, decoded.ids) == len(decoded):
-                    raise ReportError("the reports were already received; nothing was "
-                                      "stored", code="duplicate_report",
-                                      duplicates=list(range(len(decoded)))) from None
-                raise
+            # The tickets first: without a valid one nothing about the stored reports is
+            # answered (a duplicate id would tell that a report exists; issue #33).  A
+            # retried batch carries its tickets again: they verify, and the store answers
+            # duplicate_report before it looks at their spent serials.
+            serials = self.mint.verify(campaign.num, tickets, decoded.groups, indexed=batch)
         return decoded, serials
 
     # -- assignment -----------------------------------------------------------------------
