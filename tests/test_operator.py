@@ -251,3 +251,91 @@ def test_campaign_commands_refuse_a_token_without_echoing_it():
         proc = dpmarginals("campaign", "status", "--server", "http://127.0.0.1:1", "--id", "c",
                            *argv)
         assert proc.returncode == 2 and SECRET not in proc.stderr, proc.stderr
+
+
+# -- poisoning (point 13) -------------------------------------------------------------------
+def test_a_concentrated_grr_attack_is_not_detected_and_the_docs_say_so():
+    """1% of the users, all in one group, all supporting one cell: the check flags the
+    naive OUE attack (no honest group sets that few bits) but cannot see the GRR one (its
+    estimates stay within [0, 1]); docs/deployment.md says so plainly (measured by
+    benchmarks/poisoning_grr.py)."""
+    from dpmarginals.protocol.plan import GroupSpec, Plan
+    from dpmarginals.protocol.reports import support_counts
+    from dpmarginals.service.poisoning import check_counts, crafted_reports
+
+    domain = Domain(("a", "b", "c", "d"), (2, 5, 7, 10))
+    plan = Plan("calm", 1.0, domain, (GroupSpec(("a", "b"), "grr", 1.0, 10),
+                                      GroupSpec(("c", "d"), "oue", 1.0, 70)), {"k": 2})
+    rng = np.random.default_rng(5)
+    records = rng.integers(0, domain.sizes, size=(2000, 4))
+    honest = make_reports(plan, records, max_epsilon=1.0, rng=6,
+                          groups=np.arange(2000) % 2)
+    for group, flagged in ((0, False), (1, True)):
+        crafted = crafted_reports(plan, group, 3, 200, mimic=False, rng=rng)  # 1% of 20,000
+        flags = check_counts(plan, support_counts(plan, [*honest, *crafted]))
+        assert bool([f for f in flags if f.group == group]) is flagged, flags
+    text = (Path(__file__).resolve().parents[1] / "docs" / "deployment.md").read_text()
+    section = text[text.index("## Poisoning"):text.index("## The analyst's page")]
+    assert "GRR" in section and "not detected" in section
+    assert "poisoning_grr.py" in section
+
+
+# -- PostgreSQL: durability under kill -9 (point 14) -------------------------------------
+from test_service import postgres_url  # noqa: E402, F401  (the fixture: a throw-away cluster)
+
+
+def _fresh_database(url: str) -> str:
+    """A new, empty database on the cluster of ``url`` (each kill gets its own)."""
+    import uuid
+
+    import psycopg
+
+    name = f"crash_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    return url.rsplit("/", 1)[0] + "/" + name
+
+
+def test_kill_9_on_postgresql_loses_no_acknowledged_report(tmp_path, postgres_url):  # noqa: F811
+    """The SQLite test of tests/test_service_e2e.py on the PostgreSQL store: SIGKILL while
+    three clients post; every acknowledged report is stored once, the tallies equal a
+    recount, and the cut requests sent again are stored once."""
+    from dpmarginals.protocol.client import ServiceClient, ServiceError
+    from dpmarginals.service import synopsis_from_reports
+    from dpmarginals.service.store import open_store
+    from test_service_e2e import _crash_plan, _kill_during_ingestion
+
+    plan = _crash_plan()
+    for _ in range(3):  # a kill that cuts no request tests nothing: up to three
+        url = _fresh_database(postgres_url)
+        acked, in_flight = _kill_during_ingestion(url, plan)
+        if in_flight:
+            break
+    assert len(acked) >= 1000 and in_flight
+    server = Server(url)
+    try:
+        with ServiceClient(server.url, "crash", token=TOKEN) as admin:
+            stored = [r["report_id"] for r in admin.export_reports()]
+        assert len(stored) == len(set(stored)) and set(acked) <= set(stored)
+        possible = set(acked) | {r["report_id"] for batch in in_flight for r in batch}
+        assert set(stored) <= possible
+        with open_store(url) as store:
+            campaign = store.campaign("crash")
+            supports, users = store.counts(campaign)
+            again, users_again = store.recount(campaign)
+        assert users.tolist() == users_again.tolist() and users.sum() == len(stored)
+        assert all(a.tolist() == b.tolist() for a, b in zip(supports, again, strict=True))
+        with ServiceClient(server.url, "crash", retries=2) as client:
+            for batch in in_flight:
+                try:
+                    client.send_batch(batch) if len(batch) > 1 else client.send(batch[0])
+                except ServiceError as exc:  # landed before the kill: all duplicates
+                    assert exc.code == "duplicate_report"
+        assert server.get("/campaigns/crash/status")["reports"] == len(possible)
+        with ServiceClient(server.url, "crash", token=TOKEN) as admin:
+            exported = admin.export_reports()
+        answer = server.released("crash", len(possible), "b,c")
+        assert answer["values"] == synopsis_from_reports(plan, exported).marginal(
+            ["b", "c"]).values.ravel().tolist()
+    finally:
+        server.stop()
