@@ -156,4 +156,5 @@ def test_every_field_is_checked_with_one_line_naming_it(saved, tmp_path, case):
     line = str(err.value)
     assert "\n" not in line and line.startswith(f"{path}: {field} = "), line
     assert value in line, line
-    one_error_line(dpmarginals("query", path, "--attributes", "sex"), field)
+    if case % 5 == 0:  # the command line says the same line (a few cases: each is a process)
+        one_error_line(dpmarginals("query", path, "--attributes", "sex"), field)
