@@ -31,7 +31,11 @@ import numpy as np
 from dpmarginals.core.dataset import Dataset
 from dpmarginals.datasets import load
 from dpmarginals.local.calm import CALM
-from dpmarginals.protocol.client import make_reports
+
+try:
+    from dpmarginals.protocol.client import make_reports
+except ImportError:  # the client's modules as issue #31 splits them
+    from dpmarginals.protocol.simulate import simulate_reports as make_reports
 from dpmarginals.protocol.counts import Counts
 from dpmarginals.protocol.reports import support_counts
 from dpmarginals.service import synopsis_from_counts
