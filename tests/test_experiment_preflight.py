@@ -13,7 +13,6 @@ import os
 import pytest
 
 from command_line import dpmarginals, one_error_line
-from dpmarginals.experiments.preflight import data_sets, needs
 from dpmarginals.experiments.registry import EXPERIMENTS, get
 
 
@@ -48,6 +47,7 @@ def test_a_missing_data_file_is_named_before_anything_runs(tmp_path):
 def test_every_experiment_names_its_data_sets_and_extras():
     """The checks cover every registered experiment's grids (quick and full)."""
     from dpmarginals.datasets import get_info
+    from dpmarginals.experiments.preflight import data_sets, needs
 
     for name, experiment in EXPERIMENTS.items():
         assert ("matplotlib", "plots") in needs(name)

@@ -21,7 +21,6 @@ from command_line import dpmarginals, one_error_line
 from dpmarginals.core.dataset import Dataset
 from dpmarginals.core.domain import Domain
 from dpmarginals.core.errors import DPMarginalsError
-from dpmarginals.core.records import csv_lines, read_records
 
 DOMAIN = {"sex": ["f", "m"], "age": {"bins": [0, 30, 60, 120]}, "region": ["N", "S", "NA"]}
 
@@ -68,6 +67,8 @@ def test_a_duplicated_header_is_named(files, tmp_path):
 def test_lines_count_blank_lines_quoted_newlines_and_compression(tmp_path):
     """A quoted value spanning two lines and blank lines count as an editor counts them;
     a .csv.gz is read and counted the same."""
+    from dpmarginals.core.records import csv_lines, read_records
+
     text = 'sex,age,region,note\n\nf,34,N,"two\nlines"\n\nm,70,S,x\nm,130,S,y\n'
     for name, write in (("p.csv", lambda p: p.write_text(text)),
                         ("p.csv.gz", lambda p: p.write_bytes(gzip.compress(text.encode())))):
@@ -80,6 +81,8 @@ def test_lines_count_blank_lines_quoted_newlines_and_compression(tmp_path):
 
 
 def test_an_empty_cell_is_named_as_empty(tmp_path):
+    from dpmarginals.core.records import read_records
+
     path = tmp_path / "p.csv"
     path.write_text("sex,age,region\nf,34,N\nm,,S\n")
     with pytest.raises(DPMarginalsError, match=r"^p.csv line 3, column 'age': the cell is "
@@ -89,6 +92,8 @@ def test_an_empty_cell_is_named_as_empty(tmp_path):
 
 def test_a_label_spelled_like_a_missing_value_is_a_label(files):
     """pandas reads "NA" as missing; a declared label "NA" (a region) is a label."""
+    from dpmarginals.core.records import read_records
+
     frame, csv, _dom = files
     records = read_records(csv, Domain.from_dict(DOMAIN))
     region = records.codes[:, 2]
@@ -97,6 +102,8 @@ def test_a_label_spelled_like_a_missing_value_is_a_label(files):
 
 def test_read_records_is_what_release_reads(files):
     """The codes, the file's own values and where each record is, in the domain's order."""
+    from dpmarginals.core.records import read_records
+
     frame, csv, dom = files
     domain = Domain.from_dict(DOMAIN)
     records = read_records(csv, domain)
@@ -108,6 +115,8 @@ def test_read_records_is_what_release_reads(files):
 
 
 def test_parquet_records_are_numbered_from_1(files, tmp_path):
+    from dpmarginals.core.records import read_records
+
     pytest.importorskip("pyarrow")
     frame, _, _ = files
     frame.loc[41, "sex"] = "?"
@@ -119,6 +128,8 @@ def test_parquet_records_are_numbered_from_1(files, tmp_path):
 
 
 def test_extra_columns_are_refused_or_skipped(files, tmp_path):
+    from dpmarginals.core.records import read_records
+
     frame, _, _ = files
     path = tmp_path / "more.csv"
     frame.assign(income=1).to_csv(path, index=False)

@@ -22,7 +22,6 @@ from dpmarginals import release
 from dpmarginals.core.errors import DPMarginalsError
 from dpmarginals.core.provenance import NotPrivateWarning
 from dpmarginals.synopsis.base import load_synopsis
-from dpmarginals.synopsis.release_file import content_digest
 
 # Importing the methods (as the first load does) changes the warning filters: do it here,
 # not inside pytest.warns.
@@ -57,6 +56,8 @@ def _edited(body, edit, *, keep_digest=True):
 
 
 def test_save_records_the_digest_of_the_content(saved):
+    from dpmarginals.synopsis.release_file import content_digest
+
     path, body = saved
     assert body["digest"] == content_digest(body)
     assert load_synopsis(path).privacy.private  # reads back, private, no warning
@@ -143,6 +144,8 @@ FIELDS = [
 def test_every_field_is_checked_with_one_line_naming_it(saved, tmp_path, case):
     """Whatever the digest says (it can be recomputed over nonsense), each field is
     validated: the error names the file, the field and the value."""
+    from dpmarginals.synopsis.release_file import content_digest
+
     _, body = saved
     edit, field, value = FIELDS[case]
     edited = _edited(body, edit, keep_digest=False)
