@@ -346,3 +346,19 @@ def test_kill_9_on_postgresql_loses_no_acknowledged_report(tmp_path, postgres_ur
             ["b", "c"]).values.ravel().tolist()
     finally:
         server.stop()
+
+
+def test_ci_installs_postgresql_and_its_tests_cannot_skip_there(monkeypatch):
+    """.ci/run installs Debian's PostgreSQL, and with CI set the store's tests fail rather
+    than skip when no server can be started (they were skipped wherever none was
+    installed, so CI never ran them)."""
+    import test_service
+
+    ci = (Path(__file__).resolve().parents[1] / ".ci" / "run").read_text()
+    assert "apt-get install" in ci and "postgresql" in ci.split("apt-get install")[-1]
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="must run in CI"):
+        test_service._skip_or_fail("no PostgreSQL")
+    monkeypatch.setenv("CI", "")
+    with pytest.raises(pytest.skip.Exception):
+        test_service._skip_or_fail("no PostgreSQL")

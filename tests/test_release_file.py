@@ -55,10 +55,22 @@ def _edited(body, edit, *, keep_digest=True):
     return out
 
 
+def content_digest(body):
+    """The digest as docs and :mod:`dpmarginals.synopsis.release_file` define it: SHA-256
+    of the canonical JSON of everything but the digest (computed here, so a forger's
+    recomputation needs nothing of the package)."""
+    import hashlib
+
+    rest = {k: v for k, v in body.items() if k != "digest"}
+    text = json.dumps(rest, sort_keys=True, separators=(",", ":")).encode()
+    return "sha256:" + hashlib.sha256(text).hexdigest()
+
+
 def test_save_records_the_digest_of_the_content(saved):
-    from dpmarginals.synopsis.release_file import content_digest
+    from dpmarginals.synopsis.release_file import content_digest as packaged
 
     path, body = saved
+    assert packaged(body) == content_digest(body)
     assert body["digest"] == content_digest(body)
     assert load_synopsis(path).privacy.private  # reads back, private, no warning
 
@@ -144,8 +156,6 @@ FIELDS = [
 def test_every_field_is_checked_with_one_line_naming_it(saved, tmp_path, case):
     """Whatever the digest says (it can be recomputed over nonsense), each field is
     validated: the error names the file, the field and the value."""
-    from dpmarginals.synopsis.release_file import content_digest
-
     _, body = saved
     edit, field, value = FIELDS[case]
     edited = _edited(body, edit, keep_digest=False)
