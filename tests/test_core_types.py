@@ -109,7 +109,7 @@ def test_from_csv_with_both_domain_styles(tmp_path):
     ds = Dataset.from_csv(csv, dom)
     assert ds.n == 3 and ds.domain.sizes == (2, 3)
     dom.write_text(json.dumps({"0": 2, "1": 2}))
-    with pytest.raises(DPMarginalsError, match="column '1' row 0: value 2 is not in"):
+    with pytest.raises(DPMarginalsError, match=r"d\.csv line 2, column '1': value 2 is not in"):
         Dataset.from_csv(csv, dom)
     dom.write_text(json.dumps({"0": 2, "zzz": 2}))
     with pytest.raises(DPMarginalsError, match="zzz"):

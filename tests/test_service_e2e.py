@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -59,10 +60,13 @@ def _command(*args: str) -> list[str]:
 class Server:
     """``dpmarginals serve`` in a subprocess, ready when /health answers."""
 
-    def __init__(self, db: Path, *extra: str) -> None:
+    def __init__(self, db: Path | str, *extra: str) -> None:
+        """``db``: a SQLite path (the log beside it) or a PostgreSQL URL (the log in the
+        temporary folder)."""
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = open(db.parent / f"server-{self.port}.log", "wb")  # noqa: SIM115
+        folder = db.parent if isinstance(db, Path) else Path(tempfile.mkdtemp())
+        self.log = open(folder / f"server-{self.port}.log", "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
             _command("serve", "--db", str(db), "--host", "127.0.0.1", "--port", str(self.port),
                      *extra),

@@ -382,7 +382,11 @@ def test_ticket_modes_any_and_off(api):
                                                            strict=True)]
     assert api.post("/campaigns/any/reports/batch",
                     json={"reports": ticketed_reports}).status_code == 201
-    assert_error(api.post("/campaigns/any/reports", json=reports[0]), 409, "duplicate_report")
+    # without its ticket a stored report is refused like any other (issue #33: the ticket
+    # first, so a report id's existence is not answered); with it, a duplicate
+    assert_error(api.post("/campaigns/any/reports", json=reports[0]), 403, "ticket_required")
+    assert_error(api.post("/campaigns/any/reports", json=ticketed_reports[0]), 409,
+                 "duplicate_report")
     create(api, "off", plan, tickets="off")
     assert "ticket" not in api.get("/campaigns/off/assignment").json()
     assert api.post("/campaigns/off/reports/batch", json={"reports": reports}).status_code == 201

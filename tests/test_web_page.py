@@ -411,3 +411,59 @@ def test_the_apis_error_reasons_are_shown(browser, service):
     assert reason in shown.inner_text() and "HTTP 409" in shown.inner_text()
     assert view.page.is_hidden("#result")
     view.close()
+
+
+# -- issue #33, point 7 --------------------------------------------------------------------
+def test_without_a_token_the_page_says_a_token_shows_private_campaigns(browser, service):
+    """Every campaign here is private: without a token the list is empty, and the page
+    says a token lists them (it said "No campaigns yet.")."""
+    view = Page(browser, service, token=None)
+    message = view.page.locator("#campaigns-message")
+    view.page.wait_for_function(
+        "() => document.getElementById('campaigns-message').textContent.includes('token')")
+    text = message.inner_text()
+    assert "No campaigns yet" not in text and "private" in text, text
+    assert view.page.is_hidden("#campaign-table")
+    view.close()
+    view = Page(browser, service)  # with the token: listed, no note
+    view.page.wait_for_selector('#campaign-table tr[data-campaign="survey-2025"]')
+    assert "token" not in view.page.inner_text("#campaigns-message")
+    view.close()
+
+
+def test_the_api_docs_pages_fetch_nothing_from_elsewhere(service):
+    """/docs names only the service's own assets, and it serves them; /redoc leads there."""
+    import re
+
+    for path in ("/docs", "/redoc"):
+        page = service.http.get(path, follow_redirects=True)
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        assert not re.findall(r"https?://", page.text), page.text
+        assets = re.findall(r'(?:src|href)="([^"]+)"', page.text)
+        assert assets and all(a.startswith("/docs/assets/") for a in assets), assets
+        for asset in assets:
+            assert service.http.get(asset).status_code == 200
+
+
+def test_the_api_docs_render_offline(browser, service):
+    """Swagger UI renders the service's schema in Chromium with every request to another
+    host refused (it loaded from a CDN and was blank offline)."""
+    context = browser.new_context()
+    context.set_default_timeout(TIMEOUT_MS)
+    elsewhere: list[str] = []
+
+    def only_the_service(route: Any) -> None:
+        if route.request.url.startswith(service.url):
+            route.continue_()
+        else:
+            elsewhere.append(route.request.url)
+            route.abort()
+
+    context.route("**/*", only_the_service)
+    page = context.new_page()
+    page.goto(service.url + "/docs")
+    page.wait_for_selector(".opblock")  # one block per operation of the schema
+    assert page.locator(".opblock").count() >= 10
+    assert "dpmarginals aggregator" in page.inner_text(".info .title")
+    assert elsewhere == [], elsewhere
+    context.close()

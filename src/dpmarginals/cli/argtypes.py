@@ -17,6 +17,7 @@ __all__ = [
     "MAX_EPSILON",
     "OneLineParser",
     "epsilon",
+    "hide_secrets",
     "non_negative_int",
     "number_in",
     "open_fraction",
@@ -34,7 +35,30 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         program = self.prog.split()[0] if self.prog else "dpmarginals"
-        self.exit(2, f"{program}: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"{program}: error: {hide_secrets(message)} (see {self.prog} --help)\n")
+
+
+def hide_secrets(message: str) -> str:
+    """argparse's message with the values of unrecognized options hidden: it repeats
+    unrecognized arguments, and a mistyped ``--analyst-tokn SECRET`` must not print the
+    secret (issue #33).  Option names and lone arguments stay.
+
+    >>> hide_secrets("unrecognized arguments: --analyst-tokn s3cret --x=1 extra.csv")
+    'unrecognized arguments: --analyst-tokn <hidden> --x=<hidden> extra.csv'
+    >>> hide_secrets("ambiguous option: --tok=s3cret could match --token, --token-file")
+    'ambiguous option: --tok=<hidden> could match --token, --token-file'
+    """
+    for head in ("unrecognized arguments: ", "ambiguous option: "):
+        if message.startswith(head):
+            words = message[len(head):].split(" ")
+            for i, word in enumerate(words):
+                if word.startswith("-") and "=" in word:
+                    words[i] = word.split("=", 1)[0] + "=<hidden>"
+                elif (head[0] == "u" and i and not word.startswith("-")
+                      and words[i - 1].startswith("-") and "=" not in words[i - 1]):
+                    words[i] = "<hidden>"
+            return head + " ".join(words)
+    return message
 
 
 def validated(check: Callable[[str], object]) -> Callable[[str], object]:

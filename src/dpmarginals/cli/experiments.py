@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -49,6 +48,9 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
             raise DPMarginalsError("--population full applies to calm-fig4 only (CALM planned "
                                    "for the panel's n, every user of the data set reporting)")
         experiment = get("calm-fig4-population")
+    from ..experiments.preflight import check_ready
+
+    check_ready(experiment, args.quick)  # extras and data files, before anything runs
     start = time.perf_counter()
     result = run_experiment(experiment, args.out, quick=args.quick, jobs=args.jobs,
                             seed=args.seed, fresh=args.fresh)
@@ -104,7 +106,7 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
         "privacy": mark.to_dict(), "note": "post-processing of the release: the same "
         "guarantee" if mark.private else "sampled from a file that is NOT private"}, indent=1))
     print(f"wrote {data.n} synthetic records over {data.d} attributes to {out} "
-          f"({mark.describe()}; see {sidecar.name})", file=sys.stderr)
+          f"({mark.describe()}; see {sidecar.name})")
     return 0
 
 

@@ -56,10 +56,15 @@ def _refuse_argv_token(flag: str, file_flag: str, env: str) -> Any:
 
 def read_token_file(path: str) -> str:
     """The token in ``path`` (surrounding whitespace removed); a warning on stderr if other
-    users may read the file."""
+    users may read the file.  A file that does not exist is not named in the error: the
+    argument may be a token typed in its place (issue #33)."""
     try:
         mode = os.stat(path).st_mode
         text = Path(path).read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        raise DPMarginalsError("the token file given does not exist (its name is not shown: "
+                               "it may be a token; give a file only you can read, or set "
+                               "the token's environment variable)") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise DPMarginalsError(f"cannot read the token file {path!r}: "
                                f"{getattr(exc, 'strerror', None) or exc}") from None
@@ -428,11 +433,23 @@ def _add_token_file(parser: argparse.ArgumentParser, what: str) -> None:
                         default=None, help=argparse.SUPPRESS)
 
 
+def _no_abbreviations(parser_class: type) -> type:
+    """``parser_class`` without argparse's abbreviations (a prefix of ``--token-file``
+    would take a token as a file name)."""
+    class Exact(parser_class):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs["allow_abbrev"] = False
+            super().__init__(*args, **kwargs)
+
+    return Exact
+
+
 # -- registration -------------------------------------------------------------------------
 def register(subparsers: Any) -> None:
     """Add ``serve``, ``client`` and ``campaign`` to the CLI's subparsers."""
     p = subparsers.add_parser(
         "serve", help="run the collection service (aggregator) over a durable store",
+        allow_abbrev=False,  # "--analyst-token X" must not pass for --analyst-token-file
         description="Run the HTTP aggregator: campaigns from plans, group assignment, report "
         "ingestion (singly and in batches), status and marginal queries. Needs the service "
         "extra. Reports are stored durably before they are acknowledged. The access log is "
@@ -449,6 +466,9 @@ def register(subparsers: Any) -> None:
                    f"that are not public (default ${ANALYST_ENV}; the admin token works too)")
     p.add_argument("--admin-token", default=None, help=argparse.SUPPRESS,
                    type=_refuse_argv_token("admin-token", "--admin-token-file", TOKEN_ENV))
+    p.add_argument("--analyst-token", default=None, help=argparse.SUPPRESS,
+                   type=_refuse_argv_token("analyst-token", "--analyst-token-file",
+                                           ANALYST_ENV))
     p.add_argument("--sync", choices=("full", "normal"), default="full",
                    help="SQLite synchronous mode: full (default; an acknowledged report "
                    "survives power loss) or normal (survives a crash of the process)")
@@ -535,7 +555,7 @@ def register(subparsers: Any) -> None:
         "campaign", help="create a campaign on a service, show its status, export reports",
         description="Administer campaigns of a running aggregator.")
     actions = p.add_subparsers(dest="campaign_action", metavar="ACTION",
-                               parser_class=type(p))
+                               parser_class=_no_abbreviations(type(p)))
     a = actions.add_parser("create", help="create a campaign from a plan",
                            description="Create a campaign from --plan FILE, or build a plan "
                            "with --method (default calm) from --domain, --epsilon, --k, --n.")
@@ -583,6 +603,8 @@ def register(subparsers: Any) -> None:
     a.add_argument("--token-file", default=None, metavar="FILE",
                    help=f"file holding the analyst or admin token (default ${ANALYST_ENV}, "
                    f"else ${TOKEN_ENV}; a public campaign needs none)")
+    a.add_argument("--token", type=_refuse_argv_token("token", "--token-file", ANALYST_ENV),
+                   default=None, help=argparse.SUPPRESS)
     a.add_argument("--json", action="store_true", help="print the JSON status")
     a.set_defaults(func=_cmd_campaign_status)
 

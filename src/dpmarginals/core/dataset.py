@@ -216,34 +216,18 @@ class Dataset:
         The domain JSON may be private-pgm style ``{"attr": size}``, labelled
         ``{"attr": ["a", "b"]}``, binned ``{"attr": {"bins": [0, 18, 65]}}`` or PrivMRF
         style ``{"0": {"domain": 2}}``; its keys must name the file's columns.  Labelled
-        columns are read as text, so "007" stays "007".
+        columns are read as text, so "007" stays "007".  Read by
+        :func:`~dpmarginals.core.records.read_records`: errors name the file line.
         """
-        path = Path(path)
-        if path.is_dir():
-            raise DPMarginalsError(f"{str(path)!r} is a directory, not a data file")
-        if not path.exists():
-            raise DPMarginalsError(f"data file not found: {str(path)!r}")
-        dom = None if domain is None else _as_domain(domain)
-        if path.suffix.lower() in (".parquet", ".pq"):
-            from .extras import require
+        from .records import read_frame, read_records
 
-            require("pyarrow", extra="engines", what="reading a Parquet file")
-            try:
-                frame = pd.read_parquet(path)
-            except Exception as exc:  # pyarrow raises several types for a bad file
-                raise DPMarginalsError(f"cannot read Parquet file {str(path)!r}: {exc}") from None
-        else:
-            text = {} if dom is None else {
-                a: "string" for a, lab in zip(dom.attributes, dom.labels, strict=True)
-                if lab is not None and lab.bins is None}
-            try:
-                frame = pd.read_csv(path, dtype=text or None)
-            except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError,
-                    OSError) as exc:
-                raise DPMarginalsError(f"cannot parse CSV {str(path)!r}: {exc}") from None
-        frame.columns = [str(c) for c in frame.columns]
-        return cls.from_frame(frame, dom, name=path.name.split(".")[0],
-                              extra_columns=extra_columns)
+        path = Path(path)
+        if domain is None:  # the domain is read off the data (with a warning)
+            return cls.from_frame(read_frame(path), None, name=path.name.split(".")[0],
+                                  extra_columns=extra_columns)
+        dom = _as_domain(domain)
+        records = read_records(path, dom, extra_columns=extra_columns)
+        return cls(records.codes, dom, name=path.name.split(".")[0])
 
     from_csv = from_file
 

@@ -86,14 +86,17 @@ class Labels:
             raise DPMarginalsError(f"attribute {attr!r}: {exc}") from None
 
     def code_of(self, attr: str, value: Any) -> int:
-        """The code of one raw value (a label, or a number for binned attributes); an
-        unlisted value goes to ``other`` where declared, else it is an error naming it."""
+        """The code of one raw value (a label; for binned attributes a number, or the
+        name of its bin); an unlisted value goes to ``other`` where declared, else it is an
+        error naming it."""
         code = None
         if self.bins is not None:
             if isinstance(value, int | float) and not isinstance(value, bool):
                 x, edges = float(value), self.bins
                 if edges[0] <= x <= edges[-1]:
                     code = min(bisect.bisect_right(edges, x) - 1, len(edges) - 2)
+            elif isinstance(value, str) and value in self.names:
+                code = self.names.index(value)
         elif str(value) in self.names:
             code = self.names.index(str(value))
         if code is None and self.other:

@@ -67,27 +67,33 @@ def norm_sub(x: np.ndarray, total: float = 1.0) -> np.ndarray:
     return np.maximum(flat - delta, 0.0).reshape(arr.shape)
 
 
-def norm_sub_rows(rows: np.ndarray, totals: np.ndarray | float = 1.0) -> np.ndarray:
+def norm_sub_rows(rows: np.ndarray, totals: np.ndarray | float = 1.0, *,
+                  cells: np.ndarray | None = None) -> np.ndarray:
     """:func:`norm_sub` of every row of a ``(tables, cells)`` array at once (sorting each row).
 
     ``totals``: one target total per row, or one for all.  Same results as calling
-    :func:`norm_sub` row by row, in a handful of numpy calls.
+    :func:`norm_sub` row by row, in a handful of numpy calls.  ``cells``: each row's own
+    number of cells when rows of different lengths are padded with ``-inf`` after them
+    (each row's first ``cells[i]`` outputs are its Norm-Sub; the caller drops the rest).
 
     >>> norm_sub_rows(np.array([[0.5, 0.4, 0.3, -0.2], [0.2, -0.1, 0.0, 0.0]])).round(6).tolist()
     [[0.433333, 0.333333, 0.233333, 0.0], [1.0, 0.0, 0.0, 0.0]]
     """
     x = np.asarray(rows, dtype=np.float64)
-    n, cells = x.shape
+    n, width = x.shape
     t = np.broadcast_to(np.asarray(totals, dtype=np.float64), (n,))
-    if cells == 0:
+    if width == 0:
         return x.copy()
     positive = x > 0
     npos = positive.sum(axis=1)
     pos_sum = np.where(positive, x, 0.0).sum(axis=1)
     u = -np.sort(-x, axis=1)
     css = np.cumsum(u, axis=1) - t[:, None]
-    support = u - css / np.arange(1, cells + 1) > 0
-    k = cells - 1 - np.argmax(support[:, ::-1], axis=1)  # the last such j (0-based)
+    with np.errstate(invalid="ignore"):  # padding: -inf - -inf is nan, never > 0
+        support = u - css / np.arange(1, width + 1) > 0
+    k = width - 1 - np.argmax(support[:, ::-1], axis=1)  # the last such j (0-based)
+    if cells is not None:  # a row without support ends at its own last cell, not padding
+        k = np.where(support.any(axis=1), k, np.asarray(cells) - 1)
     delta = css[np.arange(n), k] / (k + 1)
     out = np.maximum(x - delta[:, None], 0.0)
     short = (pos_sum < t) & (npos > 0)
@@ -96,7 +102,8 @@ def norm_sub_rows(rows: np.ndarray, totals: np.ndarray | float = 1.0) -> np.ndar
                                                            / npos[short])[:, None], 0.0)
     none = npos == 0
     if none.any():
-        out[none] = (t[none] / cells)[:, None]
+        own = np.full(n, width) if cells is None else np.asarray(cells)
+        out[none] = (t[none] / own[none])[:, None]
     return out
 
 

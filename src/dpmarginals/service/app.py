@@ -82,6 +82,7 @@ from ..protocol.phases import (
 from ..protocol.reports import BATCH_SCHEMA, MAX_BATCH_REPORTS, REPORT_SCHEMA, ReportError
 from . import answer_domain
 from .admission import PlanRejected, admit_plan, check_structure
+from .docs import add_api_docs
 from .errors import ServiceError, add_error_handlers, responses
 from .limits import BodyReader, RateLimiter, source_of
 from .phases import check_phase_one, earlier_phases, next_phase_plan
@@ -250,14 +251,11 @@ class Aggregator:
         decoded = campaign.codec.decode(items, indexed=batch)
         serials = None
         if campaign.settings.tickets != "off":
-            try:
-                serials = self.mint.verify(campaign.num, tickets, decoded.groups, indexed=batch)
-            except ServiceError:
-                if self.store.known(campaign, decoded.ids) == len(decoded):
-                    raise ReportError("the reports were already received; nothing was "
-                                      "stored", code="duplicate_report",
-                                      duplicates=list(range(len(decoded)))) from None
-                raise
+            # The tickets first: without a valid one nothing about the stored reports is
+            # answered (a duplicate id would tell that a report exists; issue #33).  A
+            # retried batch carries its tickets again: they verify, and the store answers
+            # duplicate_report before it looks at their spent serials.
+            serials = self.mint.verify(campaign.num, tickets, decoded.groups, indexed=batch)
         return decoded, serials
 
     # -- assignment -----------------------------------------------------------------------
@@ -358,6 +356,7 @@ def create_app(
 
     app = fa.FastAPI(
         title="dpmarginals aggregator", version=__version__, lifespan=lifespan,
+        docs_url=None, redoc_url=None,  # served without a CDN by add_api_docs
         description="Collects local-DP reports of marginal tables and answers marginal "
         "queries from them. Reports carry no user identifier and no timestamp; see "
         "docs/deployment.md for the plan and report formats.",
@@ -377,6 +376,7 @@ def create_app(
     _add_analyst_endpoints(app, fa, agg, guards)
     _add_export_endpoint(app, fa, agg, guards)
     add_web_page(app)
+    add_api_docs(app)
     return app
 
 

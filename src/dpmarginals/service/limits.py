@@ -19,6 +19,7 @@ enough tokens are back).  The aggregator keeps one for requests and one for tick
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import threading
 import time
@@ -32,6 +33,7 @@ from .errors import ServiceError
 __all__ = ["BodyReader", "RateLimiter", "source_of"]
 
 _MAX_SOURCES = 100_000
+_log = logging.getLogger("dpmarginals.service")
 
 
 class BodyReader:
@@ -78,6 +80,8 @@ class BodyReader:
                 reserved = declared
             body = bytearray()
             size = 0
+            from starlette.requests import ClientDisconnect
+
             try:
                 async with asyncio.timeout(self.body_timeout):
                     async for chunk in request.stream():
@@ -93,6 +97,15 @@ class BodyReader:
             except TimeoutError:
                 raise ServiceError(408, "body_timeout", f"the body did not arrive within "
                                    f"{self.body_timeout:g} s", headers={"Connection": "close"}
+                                   ) from None
+            except ClientDisconnect:
+                # Nobody is left to answer: one line in the log, not a 500 and tracebacks.
+                expected = "" if declared is None else f" of {declared:,}"
+                _log.warning("client hung up before its body was complete (%s%s bytes) on "
+                             "%s %s", f"{size:,}", expected, request.method,
+                             request.url.path[:200])
+                raise ServiceError(400, "client_disconnected", "the client hung up before "
+                                   "the body was complete", headers={"Connection": "close"}
                                    ) from None
             yield body  # (a bytearray: no second copy of the body)
         finally:

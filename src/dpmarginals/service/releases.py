@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -40,7 +41,7 @@ from .phases import earlier_phases
 from .poisoning import Flag, check_counts
 from .store import Campaign, Store
 
-__all__ = ["Release", "Releases", "make_release"]
+__all__ = ["Release", "Releases", "die_with_parent", "make_release"]
 
 _ANSWERS_KEPT = 4096
 _PRECOMPUTED = 2000  # at most this many k-way marginals answered when a release is made
@@ -198,6 +199,39 @@ def _attached(values: tuple[Any, ...], number: int) -> Release:
     return release
 
 
+#: Seconds between a release worker's checks that the server still runs.
+_PARENT_CHECK = 0.5
+
+
+def die_with_parent(parent: int) -> None:
+    """In a release worker: exit when the server process ``parent`` is gone, even after a
+    ``kill -9`` that gives it no chance to stop its children (issue #33: each crash left a
+    worker and multiprocessing's resource tracker running, ~184 MiB).  Linux's
+    ``PR_SET_PDEATHSIG`` kills the worker at once; a watchdog thread also exits it within
+    :data:`_PARENT_CHECK` s of being re-parented, on any system.  The resource tracker
+    then reads the end of its pipe (every process holding it is gone) and exits too."""
+    import signal
+    import sys
+
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):  # pragma: no cover - no libc: the watchdog only
+            pass
+    if os.getppid() != parent:  # the server died before the line above
+        os._exit(0)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(_PARENT_CHECK)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="dpmarginals-parent-watch", daemon=True).start()
+
+
 @dataclass
 class _State:
     campaign: Campaign
@@ -220,7 +254,8 @@ class Releases:
             from concurrent.futures import ProcessPoolExecutor
 
             self._pool = ProcessPoolExecutor(
-                max_workers=processes, mp_context=multiprocessing.get_context("spawn"))
+                max_workers=processes, mp_context=multiprocessing.get_context("spawn"),
+                initializer=die_with_parent, initargs=(os.getpid(),))
         self._states: dict[int, _State] = {}
         self._lock = threading.Condition()
         self._stopped = False

@@ -7,7 +7,9 @@ at a time), and does not bound their size or the number of connections.
 
 * a **header timeout**: a connection must deliver a request's complete headers within
   ``header_timeout`` seconds of opening, or of the previous answer, else it is closed;
-* a **header size limit** (``max_header_bytes``): more before the headers end, closed;
+* a **header size limit** (``max_header_bytes``, 64 KiB): more before the headers end is
+  answered 431 ``headers_too_large`` and the connection closed (counted as the bytes
+  arrive, before the parser reads them);
 * a **connection limit** (``max_connections``): beyond it, a new connection is closed at
   once (no answer: the client sees a reset and retries).
 
@@ -67,6 +69,7 @@ def hardened_protocol(timeouts: Timeouts) -> type:
         def _await_headers(self) -> None:
             self._cancel_header_timer()
             self._header_bytes = 0
+            self._tail = b""
             self._header_task = self.loop.call_later(self.limits.header,
                                                      self._header_timeout)
 
@@ -83,12 +86,31 @@ def hardened_protocol(timeouts: Timeouts) -> type:
                 self.transport.close()
 
         def data_received(self, data: bytes) -> None:
-            super().data_received(data)
-            if self._header_task is not None:  # still waiting for the headers' end
-                self._header_bytes += len(data)
+            # Counted before the parser sees them: headers that end inside this chunk
+            # (70 KiB in one read) were never counted, and were answered (issue #33).
+            if self._header_task is not None:  # waiting for a request's headers
+                seen = self._tail + data
+                ends = [i + len(mark) for mark in (b"\r\n\r\n", b"\n\n")
+                        if (i := seen.find(mark)) >= 0]
+                part = min(ends) - len(self._tail) if ends else len(data)
+                self._header_bytes += max(part, 0)
                 if self._header_bytes > self.limits.max_header_bytes:
                     self._cancel_header_timer()
-                    self.send_400_response("Request headers too large.")
+                    self._refuse_headers()
+                    return
+                self._tail = seen[-3:]
+            super().data_received(data)
+
+        def _refuse_headers(self) -> None:
+            """431 with the service's error body, then the connection is closed."""
+            body = (b'{"error":"headers_too_large","reason":"the request\'s headers pass '
+                    + f"{self.limits.max_header_bytes:,}".encode() + b' bytes"}')
+            self.transport.write(
+                b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+                b"content-type: application/json\r\n"
+                b"content-length: " + str(len(body)).encode() + b"\r\n"
+                b"connection: close\r\n\r\n" + body)
+            self.transport.close()
 
         def on_headers_complete(self) -> None:
             self._cancel_header_timer()

@@ -4,8 +4,8 @@
 (its ``"ticket"`` field, removed before the report is stored).  A ticket is 54 bytes in
 base64url (72 characters)::
 
-    version (1 byte: 1) | 0 (1) | campaign (8) | group (4; 0xFFFFFFFF: any group)
-    | expires (8, Unix seconds) | serial (8) | random (8, from the OS)
+    version (1 byte: 2) | 0 (1) | campaign (8) | group (4; 0xFFFFFFFF: any group)
+    | expires (8, Unix seconds) | masked serial (8) | random (8, from the OS)
     | HMAC-SHA256(server secret, "dpmarginals-ticket-v1" + the above), first 16 bytes
 
 The server keeps no record of the tickets it hands out; it verifies the MAC (constant
@@ -17,6 +17,13 @@ nearby serials and a batch spends them in one or two bitmap rows. So a source ca
 post more reports than it was handed tickets, and cannot choose the group of a ticket
 bound to one: to concentrate reports on one marginal it must ask for about ``m`` times
 as many assignments, which the per-source ticket rate limit bounds.
+
+The serial is masked (version 2, issue #33): XORed with the first 8 bytes of
+``HMAC-SHA256(secret, "dpmarginals-ticket-serial" + campaign + random)``, a pad that only
+the server can compute and that differs for every ticket, so a ticket's bytes do not tell
+its serial: anyone who took two tickets could otherwise read off how many were handed out
+between them (everyone's traffic).  Version-1 tickets (the serial in clear, from before)
+are still accepted until they expire (a day).
 """
 
 from __future__ import annotations
@@ -44,9 +51,11 @@ _BODY = _LAYOUT.size  # 38
 _MAC = 16
 _SIZE = _BODY + _MAC  # 54: 72 base64 characters, no padding
 _TEXT = 4 * _SIZE // 3
-_VERSION = 1
+_VERSION = 2
+_VERSIONS = (1, 2)  # 1: the serial in clear (tickets issued before issue #33)
 _CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 _CONTEXT = b"dpmarginals-ticket-v1"
+_SERIAL_CONTEXT = b"dpmarginals-ticket-serial"
 _RESERVE = 1 << 20  # serials reserved from the store at a time
 
 
@@ -82,15 +91,23 @@ class TicketMint:
     def _mac(self, body: bytes) -> bytes:
         return hmac.digest(self._secret, _CONTEXT + body, "sha256")[:_MAC]
 
+    def _pad(self, campaign: bytes, noise: bytes) -> int:
+        """The mask of a ticket's serial: from its campaign and random bytes, by the
+        server's secret (see the module docstring)."""
+        digest = hmac.digest(self._secret, _SERIAL_CONTEXT + campaign + noise, "sha256")
+        return int.from_bytes(digest[:8], "big")
+
     def issue(self, campaign: int, groups: Sequence[int | None]) -> list[str]:
         """A fresh ticket for each group (None: valid for any group)."""
         expires = int(time.time()) + self.ttl
         first = self._serials(len(groups))
         noise = os.urandom(8 * len(groups))
         out = []
+        number = campaign.to_bytes(8, "big")
         for i, g in enumerate(groups):
+            rand = noise[8 * i : 8 * i + 8]
             body = _LAYOUT.pack(_VERSION, 0, campaign, ANY_GROUP if g is None else int(g),
-                                expires, first + i, noise[8 * i : 8 * i + 8])
+                                expires, (first + i) ^ self._pad(number, rand), rand)
             out.append(base64.urlsafe_b64encode(body + self._mac(body)).decode("ascii"))
         return out
 
@@ -131,7 +148,7 @@ class TicketMint:
         fields = rows[:, :_BODY].copy().view(np.dtype([
             ("version", "u1"), ("zero", "u1"), ("campaign", ">u8"), ("group", ">u4"),
             ("expires", ">u8"), ("serial", ">u8"), ("noise", "V8")])).ravel()
-        bad |= (fields["version"] != _VERSION) | (fields["zero"] != 0)
+        bad |= ~np.isin(fields["version"], _VERSIONS) | (fields["zero"] != 0)
         foreign = fields["campaign"] != campaign
         wrong = (fields["group"] != ANY_GROUP) & (fields["group"] != np.asarray(groups))
         expired = fields["expires"] < int(time.time())
@@ -148,7 +165,15 @@ class TicketMint:
                                     f"issued for group {int(fields['group'][first])}, not "
                                     f"group {groups[first]}")
             raise self._refusal("ticket_expired", first, indexed)
-        return fields["serial"].astype(np.int64)
+        serials = fields["serial"].astype(np.uint64)
+        number = int(campaign).to_bytes(8, "big")
+        masked = np.flatnonzero(fields["version"] == 2)
+        if len(masked):
+            noise = rows[:, _BODY - 8:_BODY]
+            pads = np.asarray([self._pad(number, noise[i].tobytes()) for i in masked],
+                              dtype=np.uint64)
+            serials[masked] ^= pads
+        return serials.astype(np.int64)
 
     def _verify_one(self, campaign: int, ticket: object, group: int, indexed: bool) -> int:
         if type(ticket) is not str or len(ticket) != _TEXT or not _CHARS.issuperset(ticket):
@@ -156,8 +181,8 @@ class TicketMint:
             raise self._refusal(code, 0, indexed)
         raw = base64.urlsafe_b64decode(ticket)
         body, mac = raw[:_BODY], raw[_BODY:]
-        version, zero, num, bound, expires, serial, _ = _LAYOUT.unpack(body)
-        if not hmac.compare_digest(mac, self._mac(body)) or version != _VERSION or zero:
+        version, zero, num, bound, expires, serial, rand = _LAYOUT.unpack(body)
+        if not hmac.compare_digest(mac, self._mac(body)) or version not in _VERSIONS or zero:
             raise self._refusal("invalid_ticket", 0, indexed)
         if num != campaign:
             raise self._refusal("invalid_ticket", 0, indexed, "the ticket is for another "
@@ -167,6 +192,8 @@ class TicketMint:
                                 f"group {bound}, not group {group}")
         if expires < int(time.time()):
             raise self._refusal("ticket_expired", 0, indexed)
+        if version == 2:
+            serial ^= self._pad(int(num).to_bytes(8, "big"), rand)
         return int(serial)
 
     @staticmethod

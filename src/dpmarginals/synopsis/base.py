@@ -8,7 +8,7 @@ import json
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -18,7 +18,8 @@ from ..core.domain import Domain
 from ..core.errors import DPMarginalsError
 from ..core.provenance import NOT_RELEASED, Provenance, warn_if_not_private
 from ..core.table import MarginalTable
-from ..inference import ConsistencyWarning, make_consistent
+from ..inference import ConsistencyWarning
+from ..inference.consistency import make_consistent_each
 from ..inference.views import NoisyView
 
 __all__ = ["Synopsis", "UniformSynopsis", "ViewSynopsis", "load_synopsis",
@@ -96,6 +97,13 @@ class Synopsis(ABC):
     @abstractmethod
     def _from_payload(cls, domain: Domain, method: str, payload: Mapping[str, Any]) -> Synopsis: ...
 
+    @classmethod
+    def _check_payload(cls, body: Mapping[str, Any], domain: Domain, source: str) -> None:
+        """Refuse, in one line naming the field and value, a saved payload this kind cannot
+        trust (before :meth:`_from_payload` reads it).  Default: nothing beyond what
+        :meth:`_from_payload` checks."""
+        return None
+
     @property
     def privacy(self) -> Provenance:
         """The privacy mark as saved: ``provenance``, or "not private" when unset."""
@@ -111,8 +119,12 @@ class Synopsis(ABC):
                 **self._payload()}
 
     def save(self, path: str | Path) -> None:
+        """Write :meth:`to_dict` as JSON, with the digest of its content
+        (:mod:`.release_file`: an edit is then detected on load)."""
+        from .release_file import sealed
+
         try:
-            Path(path).write_text(json.dumps(self.to_dict()))
+            Path(path).write_text(json.dumps(sealed(self.to_dict())))
         except OSError as exc:
             raise DPMarginalsError(f"cannot write {str(path)!r}: "
                                    f"{exc.strerror or exc}") from None
@@ -160,28 +172,47 @@ def read_json(path: str | Path) -> Any:
         raise DPMarginalsError(f"{str(path)!r} is not valid JSON: {exc}") from None
 
 
+#: Why a file without a digest is not taken for a private release.
+UNSEALED = ("it records no digest of its content (saved by an older dpmarginals, or the "
+            "digest was removed), so nothing tells whether it was edited")
+
+
 def load_synopsis(path: str | Path) -> Synopsis:
-    """Read a synopsis written by :meth:`Synopsis.save`; warns if it is not private."""
+    """Read a synopsis written by :meth:`Synopsis.save`; warns if it is not private.
+
+    Its digest is checked (an altered file is refused, :mod:`.release_file`) and every
+    field validated; a file without a digest is read as not private."""
+    from .release_file import check_digest
+
     body = read_json(path)
     if isinstance(body, dict) and body.get("format") == "dpmarginals.ktuples":
         raise DPMarginalsError(f"{str(path)!r} is a k-tuple release (`dpmarginals central`), "
                                "not a model of a table: open it with dpmarginals.load_release")
     if not isinstance(body, dict) or body.get("format") != SYNOPSIS_FORMAT:
         raise DPMarginalsError(f"{str(path)!r} is not a dpmarginals synopsis")
-    synopsis = synopsis_from_dict(body)
+    sealed = check_digest(body, str(path))
+    synopsis = synopsis_from_dict(body, source=str(path))
+    if not sealed and synopsis.privacy.private:
+        synopsis.provenance = replace(synopsis.privacy, private=False, reason=UNSEALED)
     warn_if_not_private(synopsis.privacy, str(path))
     return synopsis
 
 
-def synopsis_from_dict(body: Mapping[str, Any]) -> Synopsis:
-    """Rebuild a synopsis from :meth:`Synopsis.to_dict` output (any registered kind)."""
-    importlib.import_module("dpmarginals.methods")  # registers every method's synopsis kind
+def synopsis_from_dict(body: Mapping[str, Any], *, source: str = "synopsis") -> Synopsis:
+    """Rebuild a synopsis from :meth:`Synopsis.to_dict` output (any registered kind),
+    every field checked first (:mod:`.release_file`; ``source`` names the file in errors)."""
+    from .release_file import check_header, check_privacy
+
+    methods = importlib.import_module("dpmarginals.methods")  # registers every kind
     kind = body.get("kind")
     if kind not in _KINDS:
         raise DPMarginalsError(f"synopsis kind {kind!r} is unknown; known: {sorted(_KINDS)}")
+    check_header(body, source, list(_KINDS), methods.available())
+    check_privacy(body, source)
     try:
-        synopsis = _KINDS[kind]._from_payload(Domain.from_dict(body["domain"]), body["method"],
-                                              body)
+        domain = Domain.from_dict(body["domain"])
+        _KINDS[kind]._check_payload(body, domain, source)
+        synopsis = _KINDS[kind]._from_payload(domain, body["method"], body)
         if isinstance(body.get("privacy"), Mapping):
             synopsis.provenance = Provenance.from_dict(body["privacy"])
         return synopsis
@@ -242,6 +273,13 @@ class ViewSynopsis(Synopsis):
                 "views": views_to_json(self.views)}
 
     @classmethod
+    def _check_payload(cls, body: Mapping[str, Any], domain: Domain, source: str) -> None:
+        from ..oracles import ORACLES
+        from .release_file import check_views
+
+        check_views(body, domain, source, sorted(ORACLES))
+
+    @classmethod
     def _from_payload(cls, domain: Domain, method: str, payload: Mapping[str, Any]) -> Synopsis:
         views = views_from_json(domain, payload["views"])
         return cls(domain, views, method, dict(payload.get("info", {})))
@@ -280,16 +318,39 @@ def consistent_synopsis(
     ``consistency_rounds``, ``consistent``, ``max_inconsistency``, ``min_cell``,
     ``consistency_dual_rounds``, ``consistency_gap`` and ``consistency_mixing``.
     """
-    index_views = [(domain.indices(v.attributes), v.table) for v in views]
+    return consistent_synopses(domain, [views], method, info, max_rounds=max_rounds)[0]
+
+
+def consistent_synopses(
+    domain: Domain, problems: Sequence[Sequence[NoisyView]], method: str, info: dict, *,
+    max_rounds: int = 1000
+) -> list[ViewSynopsis]:
+    """:func:`consistent_synopsis` of each list of noisy views over the same groups (a
+    bootstrap's replicates), their projections batched
+    (:func:`~dpmarginals.inference.consistency.make_consistent_each`)."""
+    if not problems:
+        return []
+    first = problems[0]
+    for r, views in enumerate(problems[1:], 1):
+        if [v.variance for v in views] != [v.variance for v in first]:
+            raise DPMarginalsError(f"consistent_synopses: problem {r}'s view variances differ "
+                                   "from problem 0's; fit it alone")
+    index_views = [[(domain.indices(v.attributes), v.table) for v in views]
+                   for views in problems]
     with warnings.catch_warnings():
         # Non-convergence is reported in ``info`` (consistent=False, the residuals).
         warnings.simplefilter("ignore", ConsistencyWarning)
-        result = make_consistent(index_views, domain.sizes,
-                                 variances=[v.variance for v in views], max_rounds=max_rounds)
-    info = {**info, "consistency_rounds": result.rounds, "consistent": result.converged,
-            "max_inconsistency": result.max_inconsistency, "min_cell": result.min_cell,
-            "consistency_dual_rounds": result.dual_rounds,
-            "consistency_gap": None if np.isnan(result.gap) else result.gap,
-            "consistency_mixing": result.mixing}
-    out = [(tuple(domain.attributes[i] for i in attrs), table) for attrs, table in result]
-    return ViewSynopsis(domain, out, method, info)
+        results = make_consistent_each(index_views, domain.sizes,
+                                       variances=[v.variance for v in first],
+                                       max_rounds=max_rounds)
+    out = []
+    for result in results:
+        made = {**info, "consistency_rounds": result.rounds, "consistent": result.converged,
+                "max_inconsistency": result.max_inconsistency, "min_cell": result.min_cell,
+                "consistency_dual_rounds": result.dual_rounds,
+                "consistency_gap": None if np.isnan(result.gap) else result.gap,
+                "consistency_mixing": result.mixing}
+        views = [(tuple(domain.attributes[i] for i in attrs), table)
+                 for attrs, table in result]
+        out.append(ViewSynopsis(domain, views, method, made))
+    return out

@@ -46,14 +46,16 @@ A synopsis can have standard errors only if it records how it was collected:
 
 from __future__ import annotations
 
+import hashlib
 import math
-import zlib
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 from typing import Any
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from ..core.errors import DPMarginalsError, check_positive_int
 from ..core.randomness import RNGLike, simulation_rng
@@ -62,6 +64,7 @@ __all__ = [
     "GroupInfo",
     "analytic_std",
     "bootstrap",
+    "bootstrap_seed",
     "bootstrap_std",
     "collection_info",
     "covering_groups",
@@ -71,6 +74,7 @@ __all__ = [
     "pooling_ratio",
     "postprocessing_factor",
     "reconstruction_variance",
+    "shared_worlds",
     "shrinkage_variance",
     "standard_errors",
 ]
@@ -279,6 +283,28 @@ def _refit_function(synopsis: Any, *, linear: bool = False) -> Callable[[list[An
     raise DPMarginalsError(f"no bootstrap for a {type(synopsis).__name__}")
 
 
+def _refit_each(synopsis: Any, *, linear: bool = False
+                ) -> Callable[[list[list[Any]]], list[Any]] | None:
+    """:func:`_refit_function` for a list of replicates' views at once: a view synopsis
+    fits them together (:func:`~dpmarginals.synopsis.base.consistent_synopses`, the same
+    fits with their projections batched), others one by one."""
+    from .base import ViewSynopsis, consistent_synopses
+
+    if isinstance(synopsis, ViewSynopsis):
+        rounds = 1 if linear else 1000
+        return lambda problems: consistent_synopses(synopsis.domain, problems,
+                                                    synopsis.method, {}, max_rounds=rounds)
+    refit = _refit_function(synopsis, linear=linear)
+    if refit is None:
+        return None
+    return lambda problems: [refit(views) for views in problems]
+
+
+#: Replicates a view synopsis's bootstrap fits together (a progress bar moves once per
+#: chunk): 25 keep most of batching's gain (issue #33).
+FIT_CHUNK = 25
+
+
 def _shrunk_views(domain: Any, views: Sequence[Any]) -> Any:
     """A graphical-model synopsis's linear counterpart: its empirical-Bayes shrunk
     marginals (consistent by construction) before the model's non-negativity."""
@@ -300,20 +326,22 @@ class Replicate:
 
 
 def bootstrap(synopsis: Any, *, replicates: int = REPLICATES, rng: RNGLike = None,
-              linear: bool = False) -> list[Replicate]:
+              linear: bool = False, progress: bool = False) -> list[Replicate]:
     """``replicates`` synopses re-fitted on reports simulated from ``synopsis`` as the truth.
 
     Each replicate draws every group's true counts (multinomial with the group's size and
     the synopsis's marginal), its oracle's support counts (``oracle.sample_support``),
-    unbiases them and re-runs the synopsis's own inference.
+    unbiases them and re-runs the synopsis's own inference.  ``progress``: a progress bar
+    on stderr (only on a terminal).
     """
     from ..inference.views import NoisyView
     from ..oracles import make_oracle
+    from .base import ViewSynopsis
 
     replicates = check_positive_int(replicates, "replicates", 2)
     gen = simulation_rng(rng)
-    refit = _refit_function(synopsis)
-    refit_linear = _refit_function(synopsis, linear=True) if linear else None
+    refit = _refit_each(synopsis)
+    refit_linear = _refit_each(synopsis, linear=True) if linear else None
     domain = synopsis.domain
     setup = []
     for g in groups_of(synopsis):
@@ -322,16 +350,62 @@ def bootstrap(synopsis: Any, *, replicates: int = REPLICATES, rng: RNGLike = Non
         p = p / p.sum() if p.sum() > 0 else np.full(p.size, 1.0 / p.size)
         oracle = make_oracle(g.oracle, g.epsilon, int(np.prod(shape)))
         setup.append((g, shape, p, oracle, float(oracle.variance(g.users))))
-    out = []
-    for _ in range(replicates):
-        views = []
-        for g, shape, p, oracle, var in setup:
-            counts = gen.multinomial(g.users, p)
-            support = oracle.sample_support(counts, rng=gen)
-            est = np.asarray(oracle.estimate(support, g.users), dtype=np.float64).reshape(shape)
-            views.append(NoisyView(g.attributes, est, g.users, var))
-        out.append(Replicate(refit(views), refit_linear(views) if refit_linear else None))
+    chunk = FIT_CHUNK if isinstance(synopsis, ViewSynopsis) else 1
+    out: list[Replicate] = []
+    with tqdm(total=replicates, desc="standard errors: bootstrap", unit="replicate",
+              disable=None if progress else True, file=sys.stderr, leave=False) as bar:
+        while len(out) < replicates:
+            problems = []
+            for _ in range(min(chunk, replicates - len(out))):
+                views = []
+                for g, shape, p, oracle, var in setup:
+                    counts = gen.multinomial(g.users, p)
+                    support = oracle.sample_support(counts, rng=gen)
+                    est = np.asarray(oracle.estimate(support, g.users),
+                                     dtype=np.float64).reshape(shape)
+                    views.append(NoisyView(g.attributes, est, g.users, var))
+                problems.append(views)
+            fitted = refit(problems)
+            linear_fits = refit_linear(problems) if refit_linear else [None] * len(problems)
+            out += [Replicate(f, v) for f, v in zip(fitted, linear_fits, strict=True)]
+            bar.update(len(problems))
     return out
+
+
+#: The most cells (replicates x 2 x the synopsis's groups' cells) of bootstrap worlds kept
+#: with a synopsis for its later queries (:func:`shared_worlds`): 64 MiB of float64.
+SHARED_WORLD_CELLS = 2**23
+
+
+def bootstrap_seed(synopsis: Any) -> np.random.SeedSequence:
+    """The seed of a synopsis's own bootstrap: a digest of what the bootstrap reads (every
+    recorded group and the synopsis's answer to its marginal), so the same release gives
+    the same standard errors in every process, whichever query comes first."""
+    digest = hashlib.sha256()
+    for g in groups_of(synopsis):
+        digest.update(repr(g).encode())
+        values = np.ascontiguousarray(synopsis.marginal(g.attributes).values, dtype="<f8")
+        digest.update(values.tobytes())
+    return np.random.SeedSequence(int.from_bytes(digest.digest()[:16], "little"))
+
+
+def shared_worlds(synopsis: Any, replicates: int = REPLICATES, *, progress: bool = False
+                  ) -> list[Replicate]:
+    """The synopsis's bootstrap worlds (with their linear counterparts), drawn once from
+    :func:`bootstrap_seed` and kept with the synopsis while they fit in
+    :data:`SHARED_WORLD_CELLS`: every later query of it (a service's release, a loaded
+    file) reuses them, so its standard errors cost one bootstrap, not one per query."""
+    replicates = check_positive_int(replicates, "replicates", 2)
+    cache = synopsis.__dict__.setdefault("_shared_worlds", {})
+    if replicates in cache:
+        return cache[replicates]
+    worlds = bootstrap(synopsis, replicates=replicates, rng=bootstrap_seed(synopsis),
+                       linear=True, progress=progress)
+    domain = synopsis.domain
+    cells = sum(domain.project(g.attributes).cells() for g in groups_of(synopsis))
+    if replicates * 2 * cells <= SHARED_WORLD_CELLS:
+        cache[replicates] = worlds
+    return worlds
 
 
 def _answers(fits: Sequence[Any], attrs: Sequence[str]) -> np.ndarray:
@@ -473,7 +547,8 @@ def reconstruction_variance(synopsis: Any, attrs: Sequence[str], tau: Mapping[in
 
 def standard_errors(synopsis: Any, attrs: Sequence[str], values: np.ndarray, *,
                     replicates: int = REPLICATES, rng: RNGLike = None, public: Any = None,
-                    worlds: Sequence[Replicate] | None = None) -> tuple[np.ndarray, str]:
+                    worlds: Sequence[Replicate] | None = None, progress: bool = False
+                    ) -> tuple[np.ndarray, str]:
     """Per-cell standard errors of the answer ``values`` to ``attrs`` and how they were had:
     ``"analytic"`` (covered query: the analytic std, times the bootstrap's
     :func:`postprocessing_factor` where the synopsis has a linear counterpart) or
@@ -484,27 +559,33 @@ def standard_errors(synopsis: Any, attrs: Sequence[str], values: np.ndarray, *,
     as ``"analytic"``.  ``public``: a public or synthetic
     :class:`~dpmarginals.core.dataset.Dataset` over the same domain whose interactions tell
     how fast they fade with the order (:func:`interaction_profile`), instead of the fixed
-    :data:`INTERACTION_DECAY`.  Without ``rng`` the bootstrap is seeded from the query, so
-    asking twice gives the same answer (its randomness is post-processing, not privacy).
-    ``worlds``: bootstrap worlds already drawn (``bootstrap(synopsis, linear=True)``),
-    shared by the queries of one synopsis."""
+    :data:`INTERACTION_DECAY`.  Without ``rng`` the bootstrap is the synopsis's own
+    (:func:`shared_worlds`: seeded from its content, drawn once and shared by its queries),
+    so asking twice gives the same answer (its randomness is post-processing, not
+    privacy).  ``worlds``: bootstrap worlds already drawn (``bootstrap(synopsis,
+    linear=True)``), shared by the queries of one synopsis.  ``progress``: a progress bar
+    on stderr while the bootstrap runs (only on a terminal)."""
     own = getattr(synopsis, "measurement_std", None)
     if callable(own):  # AIM, MST: the noise of the measured marginals (central/contingency)
         return own(attrs), "measurement"
     own = getattr(synopsis, "standard_errors", None)
     if callable(own):  # wfm: the closed-form covariance of its reconstruction
         return own(attrs), "analytic"
-    if rng is None:
-        rng = np.random.SeedSequence(zlib.crc32(",".join(attrs).encode()))
+    def draw(linear: bool) -> Sequence[Replicate]:
+        if rng is None:
+            return shared_worlds(synopsis, replicates, progress=progress)
+        return bootstrap(synopsis, replicates=replicates, rng=rng, linear=linear,
+                         progress=progress)
+
     std = analytic_std(synopsis, attrs, values)
     if std is not None:
         if _refit_function(synopsis, linear=True) is None:
             return std, "analytic"
         if worlds is None:
-            worlds = bootstrap(synopsis, replicates=replicates, rng=rng, linear=True)
+            worlds = draw(linear=True)
         return std * postprocessing_factor(worlds, attrs, values), "analytic"
     if worlds is None:
-        worlds = bootstrap(synopsis, replicates=replicates, rng=rng)
+        worlds = draw(linear=False)
     boot = np.sqrt(_mean_square_about(_answers([w.fitted for w in worlds], attrs), values))
     tau = interaction_variance(synopsis, worlds)
     profile = None

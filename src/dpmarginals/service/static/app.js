@@ -173,7 +173,16 @@ async function loadCampaigns() {
   }));
   body.replaceChildren(...rows.map(campaignRow));
   show($("campaign-table"), rows.length > 0);
-  message("campaigns-message", rows.length ? "" : "No campaigns yet.", "info");
+  message("campaigns-message", campaignsNote(rows.length, Boolean(token())), "info");
+}
+
+/** Without a token the service lists the public campaigns only: say so, rather than
+ *  "No campaigns yet." when private ones may exist. */
+function campaignsNote(listed, withToken) {
+  if (withToken) return listed ? "" : "No campaigns yet.";
+  const privateToo = "Campaigns are private unless created public: enter a token above " +
+    "to list the private ones too, or open a campaign by its id.";
+  return listed ? `Public campaigns only. ${privateToo}` : `No public campaigns. ${privateToo}`;
 }
 
 function campaignRow({ id, status, error }) {
