@@ -332,6 +332,7 @@ def _target(plan: Any, data: Any) -> tuple[int, tuple[str, ...], int, float]:
 def poisoning_setup(args: argparse.Namespace) -> dict[str, Any]:
     from dpmarginals.core.dataset import Dataset
     from dpmarginals.core.domain import Domain
+    from dpmarginals.core.records import read_records
     from dpmarginals.local.calm import CALM
     from dpmarginals.protocol.reports import support_counts
     from dpmarginals.protocol.simulate import simulate_reports
@@ -341,8 +342,8 @@ def poisoning_setup(args: argparse.Namespace) -> dict[str, Any]:
     domain = Domain.load(home / "adult-domain.json")
     n = args.users
     plan = CALM(epsilon=1.0, k=2).plan(domain, n)
-    everyone = Dataset.from_file(home / "adult.csv.gz", plan.domain,
-                                 extra_columns="ignore").codes
+    everyone = read_records(home / "adult.csv.gz", plan.domain,
+                            extra_columns="ignore").codes
     rng = np.random.default_rng(0)
     records = everyone[rng.choice(len(everyone), n, replace=False)]
     group, attrs, cell, truth = _target(plan, Dataset(records, domain))

@@ -31,13 +31,9 @@ import numpy as np
 from dpmarginals.core.dataset import Dataset
 from dpmarginals.datasets import load
 from dpmarginals.local.calm import CALM
-
-try:
-    from dpmarginals.protocol.client import make_reports
-except ImportError:  # the client's modules as issue #31 splits them
-    from dpmarginals.protocol.simulate import simulate_reports as make_reports
 from dpmarginals.protocol.counts import Counts
 from dpmarginals.protocol.reports import support_counts
+from dpmarginals.protocol.simulate import simulate_reports
 from dpmarginals.service import synopsis_from_counts
 from dpmarginals.service.poisoning import check_counts, crafted_reports
 
@@ -95,7 +91,7 @@ def main() -> None:
         for seed in range(args.replicates):
             groups = np.random.default_rng(100 + seed).permutation(np.arange(args.users)
                                                                    % plan.m)
-            reports = make_reports(plan, records, max_epsilon=1.0, rng=100 + seed,
+            reports = simulate_reports(plan, records, max_epsilon=1.0, rng=100 + seed,
                                    groups=groups)
             if honest is None:
                 honest = reports

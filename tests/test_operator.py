@@ -30,12 +30,8 @@ pytest.importorskip("uvicorn")
 
 from dpmarginals.core.domain import Domain
 from dpmarginals.local.calm import CALM
+from dpmarginals.protocol.simulate import simulate_reports
 from test_service_e2e import TOKEN, Server
-
-try:
-    from dpmarginals.protocol.client import make_reports
-except ImportError:  # the client's modules as issue #31 splits them
-    from dpmarginals.protocol.simulate import simulate_reports as make_reports
 
 DOMAIN = Domain(("a", "b", "c"), (2, 3, 2))
 ADMIN = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
@@ -82,7 +78,7 @@ def test_the_release_worker_and_resource_tracker_die_with_the_server(tmp_path):
             "tickets": "off", "refresh_seconds": 0}}, ADMIN)
         records = np.random.default_rng(0).integers(0, DOMAIN.sizes, size=(2000, 3))
         _post(server, "/campaigns/c/reports/batch",
-              {"reports": make_reports(plan, records, max_epsilon=1.0, rng=0)})
+              {"reports": simulate_reports(plan, records, max_epsilon=1.0, rng=0)})
         server.released("c", 2000, "a")  # made by the release worker
         children = _children(server.proc.pid)
         assert len(children) >= 2, children  # the worker and the resource tracker
@@ -200,7 +196,7 @@ def test_ticket_serials_do_not_meter_the_traffic(tmp_path):
         assert len(set(fields)) == len(fields)
         # a masked ticket still admits one report, once
         given = api.get("/campaigns/c/assignment").json()
-        one, two = make_reports(plan, np.zeros((2, 3), dtype=int), max_epsilon=1.0, rng=2,
+        one, two = simulate_reports(plan, np.zeros((2, 3), dtype=int), max_epsilon=1.0, rng=2,
                                 groups=[given["group"]] * 2)
         assert api.post("/campaigns/c/reports",
                         json={**one, "ticket": given["ticket"]}).status_code == 201
@@ -215,7 +211,7 @@ def test_a_report_ids_existence_is_not_answered_without_a_ticket(tmp_path):
     with _app(tmp_path) as api:
         api.post("/campaigns", json={"id": "c", "plan": plan.to_dict()}, headers=ADMIN)
         given = api.get("/campaigns/c/assignment").json()
-        report = make_reports(plan, np.zeros((1, 3), dtype=int), max_epsilon=1.0, rng=3,
+        report = simulate_reports(plan, np.zeros((1, 3), dtype=int), max_epsilon=1.0, rng=3,
                               groups=[given["group"]])[0]
         assert api.post("/campaigns/c/reports",
                         json={**report, "ticket": given["ticket"]}).status_code == 201
@@ -224,7 +220,7 @@ def test_a_report_ids_existence_is_not_answered_without_a_ticket(tmp_path):
         forged = api.post("/campaigns/c/reports",
                           json={**report, "ticket": given["ticket"][:-2] + "AA"})
         assert forged.status_code == 403 and forged.json()["error"] == "invalid_ticket"
-        fresh = make_reports(plan, np.zeros((1, 3), dtype=int), max_epsilon=1.0, rng=4,
+        fresh = simulate_reports(plan, np.zeros((1, 3), dtype=int), max_epsilon=1.0, rng=4,
                              groups=[given["group"]])[0]
         assert api.post("/campaigns/c/reports", json=fresh).json()["error"] == \
             "ticket_required"  # the same answer for an id never seen
@@ -272,7 +268,7 @@ def test_a_concentrated_grr_attack_is_not_detected_and_the_docs_say_so():
                                       GroupSpec(("c", "d"), "oue", 1.0, 70)), {"k": 2})
     rng = np.random.default_rng(5)
     records = rng.integers(0, domain.sizes, size=(2000, 4))
-    honest = make_reports(plan, records, max_epsilon=1.0, rng=6,
+    honest = simulate_reports(plan, records, max_epsilon=1.0, rng=6,
                           groups=np.arange(2000) % 2)
     for group, flagged in ((0, False), (1, True)):
         crafted = crafted_reports(plan, group, 3, 200, mimic=False, rng=rng)  # 1% of 20,000
@@ -304,10 +300,7 @@ def test_kill_9_on_postgresql_loses_no_acknowledged_report(tmp_path, postgres_ur
     """The SQLite test of tests/test_service_e2e.py on the PostgreSQL store: SIGKILL while
     three clients post; every acknowledged report is stored once, the tallies equal a
     recount, and the cut requests sent again are stored once."""
-    try:
-        from dpmarginals.protocol.client import ServiceClient, ServiceError
-    except ImportError:  # the client's modules as issue #31 splits them
-        from dpmarginals.protocol.http import ServiceClient, ServiceError
+    from dpmarginals.protocol.http import ServiceClient, ServiceError
     from dpmarginals.service import synopsis_from_reports
     from dpmarginals.service.store import open_store
     from test_service_e2e import _crash_plan, _kill_during_ingestion

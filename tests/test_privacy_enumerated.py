@@ -23,7 +23,7 @@ The report formats of :mod:`dpmarginals.protocol.formats` (``ht``: InpHT/FT and 
 ``cms``: InpHTCMS; ``em``: EM and InpEM) are checked the same way from the client's side:
 the distribution of the report a device makes from the plan alone (its group uniform, then
 ``PlanCodec(plan).oracle(g)``), enumerated over every record, is exactly eps-LDP, equals
-the method's own exposed distribution, and the client's real reports (``make_reports``)
+the method's own exposed distribution, and the client's real reports (``simulate_reports``)
 follow it (six more chi-squared tests at p >= 1e-4: ht for InpHT and for MargHT, cms,
 em with OUE and with GRR, and WFM's ``matrix``: one output of the plan's strategy).
 
@@ -291,7 +291,7 @@ def _payload_index(plan: Plan, reports: list) -> np.ndarray:
 @pytest.mark.parametrize("name", ["inp_ht", "marg_ht", "inp_htcms_small", "em_oue", "inp_em",
                                   "wfm"])
 def test_the_clients_reports_follow_their_exact_distribution(name):
-    # make_reports (the device's code path) for 60k users with one record of 3 x 2 x 2,
+    # simulate_reports (the device's randomizers) for 60k users with one record of 3 x 2 x 2,
     # groups drawn by the client; multinomial chi-squared over (group, payload), p >= 1e-4.
     plan = FORMAT_PLANS[name](1.0).plan(MIXED3, N_PLAN)  # type: ignore[attr-defined]
     record, n = (2, 0, 1), 60_000

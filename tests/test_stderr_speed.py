@@ -138,16 +138,13 @@ def test_the_services_std_of_a_measured_adult_marginal_answers_in_seconds(tmp_pa
         from fastapi.testclient import TestClient
 
     from dpmarginals.datasets import load
-    try:
-        from dpmarginals.protocol.client import make_reports
-    except ImportError:  # the client's modules as issue #31 splits them
-        from dpmarginals.protocol.simulate import simulate_reports as make_reports
+    from dpmarginals.protocol.simulate import simulate_reports
     from dpmarginals.service.app import create_app
 
     data = load("adult")
     plan = CALM(epsilon=1.0, k=2).plan(data.domain, data.n)
     rows = np.random.default_rng(0).choice(data.n, 6000, replace=False)
-    reports = make_reports(plan, data.codes[rows], max_epsilon=1.0, rng=1)
+    reports = simulate_reports(plan, data.codes[rows], max_epsilon=1.0, rng=1)
     headers = {"Authorization": "Bearer t"}
     settings = {"tickets": "off", "public": True, "refresh_seconds": 0}
     with TestClient(create_app(tmp_path / "s.db", admin_token="t")) as api:

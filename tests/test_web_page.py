@@ -1,7 +1,7 @@
 """The analyst's web page in a real headless browser: Debian's Chromium driven by Playwright.
 
 The real service (``create_app`` under uvicorn on a loopback socket, SQLite in a temporary
-folder) holds three campaigns filled with real client reports (``make_reports``, posted to
+folder) holds three campaigns filled with real client reports (``simulate_reports``, posted to
 the batch endpoint): a labelled survey, one whose attribute name and labels are hostile
 HTML, and one without reports.  The page must show the numbers the JSON API returns, say
 whether a table was measured or reconstructed, download the shown table as CSV, render

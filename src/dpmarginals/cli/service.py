@@ -206,9 +206,9 @@ def _records(args: argparse.Namespace, plan: Any) -> Any:
     """The rows of --data this run plays (codes in the plan's domain order): after the first
     --skip, at most --limit.  Read as ``release`` reads a table: labels, bins and codes as
     the plan's domain declares them, errors naming the column, line and value."""
-    from ..core.dataset import Dataset
+    from ..core.records import read_records
 
-    rows = Dataset.from_file(args.data, plan.domain, extra_columns="ignore").codes
+    rows = read_records(args.data, plan.domain, extra_columns="ignore").codes
     chosen = rows[args.skip:][: args.limit]
     if not len(chosen):
         raise DPMarginalsError(f"--skip {args.skip} leaves none of the {len(rows):,} rows of "
