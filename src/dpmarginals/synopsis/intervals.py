@@ -25,7 +25,7 @@ typical one is covered less (57% for an unmeasured pair of correlated data).  Pe
   at least 95% (narrow when the measured tables pin the query down, as on chain-like
   data; wide when they do not), and the table's ``note`` says so.
 
-Measured on a random Bayesian network and on MSNBC and Adult (``benchmarks/coverage.py``,
+Measured on a random Bayesian network and on MSNBC and Adult (``benchmarks/interval_coverage.py``,
 docs/beyond-calm.md): measured queries 90-97% per query, reconstructed ones 99-100% with
 intervals 1.5-3 times ``± 1.96 std``'s width, where ``± 1.96 std`` covered as little as 57%.
 """

@@ -17,7 +17,7 @@ Bayesian network of ``tests/populations.py`` (6 categorical attributes, 10,000 p
 the planner has not seen it), the others are the papers' (``DPMARGINALS_DATA``), 2^16
 people drawn with seed (0, 1).
 
-    PYTHONPATH=src python benchmarks/coverage.py --settings gen:6:1.0 --runs 40
+    PYTHONPATH=src python benchmarks/interval_coverage.py --settings gen:6:1.0 --runs 40
     ... --settings msnbc:16:0.5,adult3:15:1.0 --methods calm --json results/coverage.json
 """
 
