@@ -51,6 +51,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..core import tuned as _tuned
 from ..core.dataset import Dataset
 from ..core.domain import Domain
 from ..core.errors import DPMarginalsError, check_choice, check_epsilon, check_k, check_positive_int
@@ -74,13 +75,13 @@ __all__ = ["Adaptive", "Phase", "calibrated_views", "check_phase_one", "check_ph
            "phase_one_structure", "shrunk_synopsis"]
 
 #: Share of the users in each phase but the last (which takes the rest) unless told otherwise.
-PHASE_SHARE = 0.2
+PHASE_SHARE = _tuned.PHASE_SHARE  # provenance: core/tuned.py
 #: Phases of a collection unless told otherwise, and the most allowed.
-PHASES = 4
+PHASES = _tuned.PHASES  # provenance: core/tuned.py
 MAX_PHASES = 32
 #: Users per phase-1 group the default aims at (fewer groups, each better measured, when the
 #: users do not suffice for one group per pair).
-PHASE1_GROUP_USERS = 256
+PHASE1_GROUP_USERS = _tuned.PHASE1_GROUP_USERS  # provenance: core/tuned.py
 INFERENCE = ("shrink", "pgm")
 
 
