@@ -426,6 +426,8 @@ CAPACITY_ORDERS = _tuned.CAPACITY_ORDERS  # provenance: core/tuned.py
 #: was never clearly better on the quick grids of CALM Fig. 4/5 (``dpmarginals experiment
 #: calm-pgm``): a weakly kept interaction still beats none.
 KEEP = _tuned.KEEP  # provenance: core/tuned.py
+#: Shrinkage priors of :func:`pgm_estimate` (see there).
+PRIORS = ("exchangeable", "adaptive")
 
 
 def select_cliques(views: Sequence[Sequence[str]], shrunk: ShrinkResult,
@@ -663,8 +665,14 @@ def pgm_estimate(
     tol: float | None = TOL,
     max_fit_seconds: float | None = MAX_FIT_SECONDS,
     max_fit_memory_mb: float | None = MAX_FIT_MEMORY_MB,
+    priors: str = "exchangeable",
 ) -> tuple[GraphicalModel, dict[str, Any]]:
     """The whole inference: shrinkage (optional), clique selection, ``mbi`` fit.
+
+    ``priors``: the shrinkage priors (:data:`PRIORS`): ``"exchangeable"`` (calm-pgm's: one
+    scale mixture per order) or ``"adaptive"`` (the adaptive method's numpy release's: pairs'
+    prior scaled by capacity, binary interactions' sign learned, binary 1-way marginals
+    toward their common centre; :func:`eb_shrink` with ``capacity``, ``signs``, ``location``).
 
     ``shrink=False`` gives the plain ``mbi`` estimator on the noisy views (every view a
     measurement with its stddev).  ``cliques`` fixes the selected cliques (a re-fit with
@@ -681,11 +689,14 @@ def pgm_estimate(
     clock = time.perf_counter()
     require_mbi()
     max_fit_seconds, max_fit_memory_mb = check_limits(max_fit_seconds, max_fit_memory_mb)
+    if priors not in PRIORS:
+        raise DPMarginalsError(f"priors must be one of {', '.join(PRIORS)}, got {priors!r}")
     if shrink:
-        shrunk = eb_shrink(domain, views)
+        shrunk = (eb_shrink(domain, views) if priors == "exchangeable" else
+                  eb_shrink(domain, views, capacity=CAPACITY_ORDERS, signs=True, location=True))
         sets = [_canonical(domain, v.attributes) for v in views]
         info: dict[str, Any] = {
-            "shrink": True, "keep": keep,
+            "shrink": True, "keep": keep, "priors": priors,
             "prior_variance": {str(j): shrunk.prior_variance(j) for j in sorted(shrunk.prior)},
             "shrink_factors": {",".join(sorted(sub)): round(f, 6)
                                for sub, f in shrunk.factor.items()},

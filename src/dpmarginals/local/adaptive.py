@@ -180,7 +180,9 @@ class Adaptive:
     the aggregate counts.  ``oracles``: those a group may use (each takes the one of least
     variance for its size).  ``conservative=True`` takes an interaction as strong only when
     the reports show it (the energies' lower one-standard-error bound; better at eps = 0.2,
-    worse at eps >= 0.8 in our measurements, so off by default).
+    worse at eps >= 0.8 in our measurements, so off by default).  ``priors``: the graphical
+    model's shrinkage priors with ``inference="pgm"`` (``"exchangeable"``, calm-pgm's, or
+    ``"adaptive"``, those of the numpy release; :func:`~dpmarginals.inference.pgm.pgm_estimate`).
 
     >>> from dpmarginals.core.domain import Domain
     >>> plan = Adaptive(epsilon=1.0, k=3).plan(Domain.from_dict({f"x{i}": 2 for i in range(8)}),
@@ -200,6 +202,7 @@ class Adaptive:
     per_user: bool = False
     oracles: tuple[str, ...] = ("grr", "oue", "olh")
     conservative: bool = False
+    priors: str = "exchangeable"
     name: ClassVar[str] = "adaptive"
     _workloads: dict[Domain, Workload] = field(default_factory=dict, init=False, repr=False)
 
@@ -207,6 +210,7 @@ class Adaptive:
         self.epsilon = check_epsilon(self.epsilon)
         self.k = check_k(self.k)
         check_choice(self.inference, "inference", INFERENCE)
+        check_choice(self.priors, "priors", ("exchangeable", "adaptive"))
         self.phases = check_positive_int(self.phases, "phases", 2)
         if self.phases > MAX_PHASES:
             raise DPMarginalsError(f"phases must be at most {MAX_PHASES}, got {self.phases}")
@@ -383,7 +387,8 @@ class Adaptive:
         if self.inference == "pgm":
             from .calm_pgm import pgm_synopsis
 
-            return pgm_synopsis(domain, views, self.name, dict(info or {}))
+            return pgm_synopsis(domain, views, self.name, dict(info or {}),
+                                priors=self.priors)
         return shrunk_synopsis(domain, views, self.name, dict(info or {}))
 
 
