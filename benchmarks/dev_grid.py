@@ -126,11 +126,13 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--out", default="dev_grid.csv")
     ap.add_argument("--summary-only", action="store_true")
+    ap.add_argument("--start", type=int, default=0, help="skip the first tasks (a resumed run)")
+    ap.add_argument("--also", default="", help="earlier CSVs to summarize with this one")
     args = ap.parse_args()
     variants = tuple(args.variants.split(","))
     out = Path(args.out)
     if not args.summary_only:
-        todo = tasks(args.k6, args.repeats)
+        todo = tasks(args.k6, args.repeats)[args.start:]
         with out.open("w", newline="") as fh:
             writer = None
             with ProcessPoolExecutor(args.jobs) as pool:
@@ -142,7 +144,8 @@ def main() -> int:
                     fh.flush()
                     print(f"{i + 1}/{len(todo)} {todo[i]['panel']} {todo[i]['dataset']}",
                           file=sys.stderr)
-    print(summarize(pd.read_csv(out), args.baseline))
+    frames = [pd.read_csv(f) for f in [*filter(None, args.also.split(",")), out]]
+    print(summarize(pd.concat(frames, ignore_index=True), args.baseline))
     return 0
 
 

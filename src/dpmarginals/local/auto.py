@@ -32,7 +32,7 @@ held-out benchmark (``dpmarginals experiment heldout``).
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..core import tuned
@@ -43,11 +43,14 @@ from ..core.randomness import RNGLike
 from ..protocol.plan import Plan
 from ..synopsis.base import Synopsis
 from .adaptive import Adaptive
+from .calm import CALM
 
 __all__ = ["Auto", "Choice", "choose", "pgm_installed"]
 
 #: The methods auto chooses among (registry names).
 CANDIDATES = ("calm", "calm_pgm", "adaptive")
+#: The graphical model's priors when auto picks the adaptive method with inference "pgm".
+ADAPTIVE_PGM_PRIORS = "exchangeable"
 
 
 def pgm_installed() -> bool:
@@ -75,11 +78,13 @@ class Choice:
 
     def build(self, epsilon: float, k: int, **params: Any) -> Any:
         """The chosen method object (``params``: e.g. ``per_user``, fit limits)."""
-        from ..methods import make
+        from .calm_pgm import CALMPGM
 
-        if self.inference is not None:
-            params = {**params, "inference": self.inference}
-        return make(self.method, epsilon=epsilon, k=k, **params)
+        if self.method == "adaptive":
+            return Adaptive(epsilon=epsilon, k=k, inference=self.inference or "shrink",
+                            priors=ADAPTIVE_PGM_PRIORS, per_user=params.get("per_user", False))
+        cls = CALMPGM if self.method == "calm_pgm" else CALM
+        return cls(epsilon=epsilon, k=k, **params)
 
 
 def _adaptive_fits(domain: Domain, n: int, epsilon: float, k: int) -> str | None:
@@ -122,18 +127,26 @@ def choose(domain: Domain, n: int, epsilon: float, k: int, *, phases: bool = Tru
 @dataclass
 class Auto:
     """The recommended local method: :func:`choose` from the public facts, then that
-    method.  ``phases=False``: the collection runs in one phase.  ``params`` go to the
-    chosen method where it takes them (e.g. ``per_user``, fit limits).
+    method.  ``phases=False``: the collection runs in one phase.  ``max_fit_seconds``,
+    ``max_fit_memory_mb``: the graphical-model fit's limits (None: each method's default),
+    passed to the chosen method where it takes them.
 
     The synopsis records the choice in ``info["auto"]`` (``chose``, ``inference``,
     ``reason``).
+
+    >>> from dpmarginals.core.domain import Domain
+    >>> plan = Auto(epsilon=1.0, k=3).plan(Domain.from_dict({f"x{i}": 2 for i in range(8)}),
+    ...                                    2**16)
+    >>> plan.method, plan.params["phase"]
+    ('adaptive', 1)
     """
 
     epsilon: float
     k: int = 3
     phases: bool = True
     per_user: bool = False
-    params: dict[str, Any] = field(default_factory=dict)
+    max_fit_seconds: float | None = None
+    max_fit_memory_mb: float | None = None
     name: ClassVar[str] = "auto"
 
     def __post_init__(self) -> None:
@@ -141,15 +154,17 @@ class Auto:
         self.k = check_k(self.k)
 
     def choice(self, domain: Domain, n: int) -> Choice:
+        """What :func:`choose` picks for ``domain`` and ``n`` (and this epsilon, k, phases)."""
         return choose(domain, n, self.epsilon, min(self.k, len(domain)), phases=self.phases)
 
     def method_for(self, domain: Domain, n: int) -> Any:
         """The chosen method object for these facts."""
-        method = self.choice(domain, n).build(self.epsilon, min(self.k, len(domain)),
-                                              **self.params)
-        if hasattr(method, "per_user"):
-            method.per_user = self.per_user
-        return method
+        choice = self.choice(domain, n)
+        params: dict[str, Any] = {"per_user": self.per_user}
+        if choice.method == "calm_pgm":
+            params.update({key: value for key in ("max_fit_seconds", "max_fit_memory_mb")
+                           if (value := getattr(self, key)) is not None})
+        return choice.build(self.epsilon, min(self.k, len(domain)), **params)
 
     def plan(self, domain: Domain, n: int) -> Plan:
         """The chosen method's (first) public plan."""
@@ -161,4 +176,3 @@ class Auto:
         synopsis = self.method_for(data.domain, data.n).run(data, rng=rng)
         synopsis.info["auto"] = choice.to_dict()
         return synopsis
-
