@@ -21,6 +21,7 @@ USES = {
     "LOCATION_MIN_BLOCKS": ("dpmarginals.inference.location_prior", "MIN_BLOCKS"),
     "LOCATION_LIMIT": ("dpmarginals.inference.location_prior", "LIMIT"),
     "LOCATION_NORMALITY": ("dpmarginals.inference.location_prior", "NORMALITY"),
+    "CALM_PGM_PRIORS": ("dpmarginals.local.calm_pgm", "CALM_PGM_PRIORS"),
 }
 
 

@@ -254,7 +254,8 @@ def _check_fit_limits(args: argparse.Namespace) -> None:
             method in ("auto", "calm_pgm", "calm-pgm")
             or (method == "calm" and args.inference == "pgm")):
         raise DPMarginalsError("--max-fit-seconds and --max-fit-memory-mb apply to "
-                               "--method calm-pgm, calm --inference pgm and auto, not to "
+                               "--method calm-pgm and --method calm --inference pgm (and auto, "
+                               "which passes them on), not to "
                                f"--method {args.method}" + (f" --inference {args.inference}"
                                                             if args.inference else ""))
 

@@ -8,13 +8,13 @@ privacy and the same facts always give the same method.  The rule (docs/beyond-c
 1. **Phases possible** (``release`` on a table in hand always can: every user still
    reports once; a campaign can unless ``phases=False``), and n large enough for the
    adaptive method's phase 1: the **adaptive method** (collection in phases, each planned
-   from the reports so far; Zhang et al.'s CALM plans once with a fixed theta).  Its
-   inference is the **graphical model** (shrinkage with the adaptive method's priors, then
-   private-pgm's estimator; McKenna, Sheldon, Miklau 2019) when the ``pgm`` extra is
-   installed and k <= :data:`~dpmarginals.core.tuned.AUTO_PGM_MAX_K`, else its numpy
-   inference (shrinkage, consistency, maximum entropy).
-2. **One phase only**: CALM's plan, with **calm-pgm**'s inference when the extra is
-   installed, else faithful **CALM**.
+   from the reports so far, where Zhang et al.'s CALM plans once with a fixed theta), with
+   its numpy inference (shrinkage, consistency, maximum entropy).  The graphical model on
+   the same phases was 2% better on the dev grid at 60x the inference time
+   (:data:`~dpmarginals.core.tuned.AUTO_INFERENCE`).
+2. **One phase only**: CALM's plan, with **calm-pgm**'s inference (shrinkage with the
+   adaptive method's priors, then private-pgm's estimator; McKenna, Sheldon, Miklau 2019)
+   when the ``pgm`` extra is installed, else faithful **CALM**.
 
 Chosen on the dev grid of CALM Fig. 4/5 (:mod:`dpmarginals.core.tuned`), reported on the
 held-out benchmark (``dpmarginals experiment heldout``).
@@ -35,7 +35,6 @@ import importlib.util
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..core import tuned
 from ..core.dataset import Dataset
 from ..core.domain import Domain
 from ..core.errors import DPMarginalsError, check_epsilon, check_k
@@ -49,8 +48,8 @@ __all__ = ["Auto", "Choice", "choose", "pgm_installed"]
 
 #: The methods auto chooses among (registry names).
 CANDIDATES = ("calm", "calm_pgm", "adaptive")
-#: The graphical model's priors when auto picks the adaptive method with inference "pgm".
-ADAPTIVE_PGM_PRIORS = "exchangeable"
+#: The graphical model's priors when the adaptive method is built with inference "pgm".
+ADAPTIVE_PGM_PRIORS = "adaptive"
 
 
 def pgm_installed() -> bool:
@@ -108,14 +107,8 @@ def choose(domain: Domain, n: int, epsilon: float, k: int, *, phases: bool = Tru
     if phases:
         why_not = _adaptive_fits(domain, n, epsilon, k)
         if why_not is None:
-            if has_pgm and k <= tuned.AUTO_PGM_MAX_K:
-                return Choice("adaptive", "pgm", f"{facts}, phases possible, graphical-model "
-                              f"extra installed and k <= {tuned.AUTO_PGM_MAX_K}: the "
-                              "adaptive method's phases with graphical-model inference")
-            extra = ("k > " + str(tuned.AUTO_PGM_MAX_K) if has_pgm
-                     else "no graphical-model extra")
-            return Choice("adaptive", None, f"{facts}, phases possible ({extra}): the adaptive "
-                          "method's phases with its numpy inference")
+            return Choice("adaptive", None, f"{facts}, phases possible: the adaptive method "
+                          "(collection in phases, each planned from the reports so far)")
         facts += f" (no phases: {why_not})"
     else:
         facts += ", one phase only"
