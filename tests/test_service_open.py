@@ -538,7 +538,8 @@ def test_a_plan_is_written_without_a_server_and_json_lines_are_estimated(tmp_pat
     (tmp_path / "data.csv").write_text("a,b,c,d\n" + "\n".join(",".join(map(str, r))
                                                                 for r in rows.tolist()))
     out = _cli("plan", "--domain", str(tmp_path / "domain.json"), "--epsilon", "1",
-               "--k", "2", "--n", "3000", "--out", str(tmp_path / "plan.json"))
+               "--k", "2", "--n", "3000", "--method", "calm", "--out",
+               str(tmp_path / "plan.json"))
     assert out.returncode == 0 and "wrote the plan" in out.stdout, out.stderr
     plan = Plan.load(tmp_path / "plan.json")
     expected = replace(calm_plan(3000), longitudinal=4.0)  # memoized by default: 4 x epsilon

@@ -22,6 +22,7 @@ from .core.domain import Domain
 from .core.errors import DPMarginalsError
 from .core.randomness import RNGLike
 from .local.adaptive import Adaptive
+from .local.auto import Auto
 from .local.calm import CALM
 from .local.calm_pgm import CALMPGM
 from .local.cormode import BASELINES
@@ -60,6 +61,7 @@ _REGISTRY: dict[str, Callable[..., Any]] = {
     "calm": CALM,
     "calm_pgm": CALMPGM,  # issue #9: CALM's reports, graphical-model inference ('pgm' extra)
     "adaptive": Adaptive,  # issue #20: phases, each planned from the earlier phases' reports
+    "auto": Auto,  # issue #36: the recommended local method, chosen from public facts only
     "uni": Uniform,
     # Issue #4: FC, AM, FT, EM, BE, PriView and the Cormode et al. family (InpRR, InpPS,
     # InpHT, MargRR, MargPS, MargHT, InpEM, InpOLH, InpHTCMS); see dpmarginals.local.cormode.
@@ -92,7 +94,8 @@ def for_plan(plan: Plan, **options: Any) -> Any:
     """The method that made ``plan``, ready to ``release(plan, counts)`` its reports.
 
     Built by :func:`make` from the plan's method, epsilon and ``k``; ``options`` (e.g.
-    ``max_rounds``, ``postprocess``) are passed on where the method takes them.  A method
+    ``max_rounds``, ``postprocess``) are passed on where the method takes them.  A plan made
+    by ``auto`` (``params["auto"]``) is released by the inference auto picked.  A method
     whose reports cannot be released from counts is a clear error.
     """
     import dataclasses
@@ -101,6 +104,14 @@ def for_plan(plan: Plan, **options: Any) -> Any:
     if key not in _REGISTRY:
         raise DPMarginalsError(f"the plan's method {plan.method!r} is unknown; available: "
                                f"{', '.join(available())}")
+    picked = plan.params.get("auto") if isinstance(plan.params, dict) else None
+    if isinstance(picked, dict) and key == "calm" and picked.get("chose") == "calm_pgm":
+        from .local.auto import pgm_installed
+
+        if pgm_installed():  # auto planned CALM's collection for calm-pgm's inference
+            key = "calm_pgm"
+    if isinstance(picked, dict) and key == "adaptive" and picked.get("inference"):
+        options = {"inference": picked["inference"], **options}
     cls = _REGISTRY[key]
     fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
     params: dict[str, Any] = {"epsilon": plan.epsilon}

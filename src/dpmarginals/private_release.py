@@ -70,14 +70,16 @@ def release(
     built) or ``domain_from_data=True`` (which reads it off the data, with a
     :class:`PrivacyLeakWarning`; the file is then marked not private, since the domain
     reveals the data's values).  ``model``: ``"local"`` (every person randomizes her own
-    record; default method ``calm``) or ``"central"`` (a curator holds the table; default
-    method ``aim``, also ``mst``, ``priview`` and ``residual``); by default the method's
-    own.  ``delta``: for ``aim``, ``mst`` and ``residual``, which are (epsilon, delta)-DP
-    (well below 1/n, e.g. 1e-9); the other methods are pure epsilon-DP and take none.
-    ``k``: the marginals to answer well (AIM's workload: all k-way marginals).
-    ``params`` go to the method (e.g. ``m``, ``l``, ``oracle``, ``inference``,
-    ``postprocess``: methods that have it publish Norm-Sub'ed tables unless
-    ``postprocess="none"``; AIM's ``max_model_size``, ``rounds``, ``iters``);
+    record; default method ``auto``, :mod:`dpmarginals.local.auto`, which picks calm, calm-pgm
+    or the adaptive method from the public facts and records which and why in
+    ``info["auto"]``; the privacy mark names the method picked) or ``"central"`` (a
+    curator holds the table; default method ``aim``, also ``mst``, ``priview`` and
+    ``residual``); by default the method's own.  ``delta``: for ``aim``, ``mst`` and
+    ``residual``, which are (epsilon, delta)-DP (well below 1/n, e.g. 1e-9); the other
+    methods are pure epsilon-DP and take none.  ``k``: the marginals to answer well (AIM's
+    workload: all k-way marginals).  ``params`` go to the method (e.g. ``m``, ``l``,
+    ``oracle``, ``inference``, ``postprocess``: methods that have it publish Norm-Sub'ed
+    tables unless ``postprocess="none"``; AIM's ``max_model_size``, ``rounds``, ``iters``);
     a seed or ``per_user=False`` is refused.
     """
     from .methods import make
@@ -88,7 +90,7 @@ def release(
                 f"release does not take {key!r}: every record is randomized on the per-user "
                 "path with the OS's secure randomness (for a seeded simulation use "
                 "make(method, ...).run(data, rng=seed))")
-    name, central = resolve_method(method, model, delta)
+    name, central = resolve_method(method, model, delta, local_default="auto")
     if central:
         require_extra(CENTRAL_EXTRAS[name], what=f"--model central --method {name}")
     dataset = _dataset(data, domain, domain_from_data, extra_columns)
@@ -98,6 +100,8 @@ def release(
     elif central:
         _check_delta(float(delta), dataset.n)  # type: ignore[arg-type]
         extra = {"delta": delta}
+    if name == "auto":
+        _check_auto_params(params)
     algo = make(name, epsilon=epsilon, k=k, **extra, **params)
     if "postprocess" not in params and hasattr(algo, "postprocess"):
         algo.postprocess = "norm_sub"  # a published table is a distribution (FT, AM, Marg*)
@@ -112,8 +116,10 @@ def release(
     if central:
         randomness = {"residual": RESIDUAL_RANDOMNESS, "priview": "OpenDP's discrete Laplace "
                       "sampler"}.get(name, RANDOMNESS)
+    chosen = info.get("auto", {}).get("chose") if name == "auto" else None
     synopsis.provenance = Provenance(
-        private=leak is None, model="central" if central else "local", method=algo.name,
+        private=leak is None, model="central" if central else "local",
+        method=chosen or algo.name,
         epsilon=float(algo.epsilon), delta=float(delta or 0.0),
         unit=CENTRAL_UNIT if central else LOCAL_UNIT, randomness=randomness,
         plan_hash=info.get("plan_hash"), reason=leak)
@@ -121,13 +127,14 @@ def release(
 
 
 def resolve_method(method: str | None, model: str | None,
-                      delta: float | None) -> tuple[str, bool]:
+                   delta: float | None, local_default: str = "calm") -> tuple[str, bool]:
     """The method's registry name and whether it is central; a wrong pairing of
-    ``model``, ``method`` and ``delta`` is a one-line error naming the value."""
+    ``model``, ``method`` and ``delta`` is a one-line error naming the value.  Without a
+    method: ``aim`` for the central model, else ``local_default`` (``release``: ``auto``)."""
     if model is not None and model not in MODELS:
         raise DPMarginalsError(f"model must be 'local' or 'central', got {model!r}")
     if method is None:
-        method = "aim" if model == "central" else "calm"
+        method = "aim" if model == "central" else local_default
     name = method.lower().replace("-", "_")
     central = name in CENTRAL_METHODS
     if model == "central" and not central:
@@ -144,6 +151,20 @@ def resolve_method(method: str | None, model: str | None,
         raise DPMarginalsError(f"delta {delta!r} does not apply: method {method!r} is pure "
                                "epsilon-DP (aim, mst and residual take a delta)")
     return name, central
+
+
+#: Options that set one method's plan or inference: ``auto`` picks the method, so they are
+#: refused with it (name the method instead).
+_METHOD_OPTIONS = ("theta", "m", "l", "oracle", "inference", "postprocess")
+
+
+def _check_auto_params(params: Mapping[str, Any]) -> None:
+    given = [key for key in _METHOD_OPTIONS if key in params]
+    if given:
+        raise DPMarginalsError(
+            f"{', '.join(given)} set{'s' if len(given) == 1 else ''} one method's plan or "
+            "inference, but the method is auto (chosen from the domain, n, epsilon and k): "
+            "name the method (--method calm, calm-pgm or adaptive)")
 
 
 def _check_delta(delta: float, n: int) -> None:

@@ -95,14 +95,16 @@ def _cmd_plan_out(args: argparse.Namespace) -> int:
         raise DPMarginalsError(f"plan --out needs {' and '.join(missing)} (the domain JSON "
                                "names the attributes)")
     plan = build_plan(args.method, args.domain, args.epsilon, args.k, args.n, args.oracle,
-                      args.longitudinal_epsilon)
+                      args.longitudinal_epsilon, phases=not args.single_phase)
     if args.d is not None and args.d != len(plan.domain):
         raise DPMarginalsError(f"--d {args.d} but the domain has {len(plan.domain)} attributes")
     _save_plan(plan, args.out)
+    chose = plan.params.get("auto") if isinstance(plan.params, dict) else None
     print(json.dumps({"out": args.out, "plan_hash": plan.hash, "method": plan.method,
-                      "groups": plan.m}) if args.json else
+                      "groups": plan.m, **({"auto": chose} if chose else {})}) if args.json else
           f"wrote the plan ({describe_plan(plan)}) to {args.out}; create a campaign with "
-          f"`dpmarginals campaign create --plan {args.out} ...`")
+          f"`dpmarginals campaign create --plan {args.out} ...`"
+          + (f"\n  method auto chose {chose['chose']}: {chose['reason']}" if chose else ""))
     return 0
 
 
@@ -248,11 +250,13 @@ def _load_data(args: argparse.Namespace) -> Any:
 
 def _check_fit_limits(args: argparse.Namespace) -> None:
     """The fit's limits go with calm's graphical-model inference only."""
+    method = (args.method or "auto").lower()
     if any(getattr(args, key, None) is not None for key in FIT_LIMITS) and not (
-            args.method.lower().replace("-", "_") == "calm_pgm"
-            or (args.method.lower() == "calm" and args.inference == "pgm")):
+            method in ("auto", "calm_pgm", "calm-pgm")
+            or (method == "calm" and args.inference == "pgm")):
         raise DPMarginalsError("--max-fit-seconds and --max-fit-memory-mb apply to "
-                               "--method calm-pgm and --method calm --inference pgm, not to "
+                               "--method calm-pgm and --method calm --inference pgm (and auto, "
+                               "which passes them on), not to "
                                f"--method {args.method}" + (f" --inference {args.inference}"
                                                             if args.inference else ""))
 
@@ -493,6 +497,10 @@ def _cmd_release(args: argparse.Namespace) -> int:
         shape = f", {info['measured']} marginals measured (rho {info['rho']:.4g})"
     print(f"{synopsis.privacy.describe()}{shape}: {len(synopsis.domain)} attributes, "
           f"saved to {args.out}")
+    if info.get("auto"):
+        print(f"  method auto chose {info['auto']['chose']}"
+              + (f" (inference {info['auto']['inference']})" if info["auto"]["inference"]
+                 else "") + f": {info['auto']['reason']}")
     return 0
 
 
@@ -588,7 +596,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ignore-extra-columns", action="store_true",
                    help="drop data columns the domain does not name (default: refuse)")
     p.add_argument("--method", default=None, metavar="METHOD",
-                   help=f"release method (default calm, or aim with --model central): {methods}")
+                   help="release method (default auto: calm, calm-pgm or adaptive, chosen from "
+                   "the domain, n, epsilon and k, recorded in the file; aim with --model "
+                   f"central): {methods}")
     p.add_argument("--epsilon", type=_epsilon, required=True, help="privacy budget")
     _add_central_options(p)
     p.add_argument("--k", type=_positive_int, default=3,
@@ -645,8 +655,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, metavar="PLAN.json",
                    help="write the campaign's plan (for `campaign create --plan` or an "
                    "offline `client --plan`); needs --domain (and --k, or --workload)")
-    p.add_argument("--method", default="calm",
-                   help="with --out: the method that builds the plan (default calm; adaptive: "
+    p.add_argument("--single-phase", action="store_true",
+                   help="with --out and --method auto: the campaign cannot run in phases "
+                   "(auto then plans CALM's collection)")
+    p.add_argument("--method", default="auto",
+                   help="with --out: the method that builds the plan (default auto: the "
+                   "adaptive method's phase 1, or CALM's plan with --single-phase, chosen from "
+                   "the domain, n, epsilon and k; calm; adaptive: "
                    "phase 1 of an adaptive collection in phases, see `campaign next-phase`)")
     p.add_argument("--optimal", action="store_true",
                    help="error-optimal planning at any n: the plan of least predicted noise + "

@@ -36,14 +36,18 @@ def longitudinal(text: str) -> str | float | None:
 
 
 def build_plan(method: str, domain: str, epsilon: float, k: int, n: int,
-               oracle: str | None = None, memo: str | float | None = "auto") -> Any:
+               oracle: str | None = None, memo: str | float | None = "auto", *,
+               phases: bool = True) -> Any:
     """The plan ``method`` makes for ``n`` users over the domain in the JSON file
     ``domain`` (``k``: the marginal size to answer; ``oracle``: CALM's oracle choice).
+    ``method="auto"`` plans with the method :func:`dpmarginals.local.auto.choose` picks
+    (``phases``: whether the campaign can run in phases) and records the choice in the
+    plan's ``params["auto"]``.
 
     ``memo`` is its longitudinal epsilon: a number, None (not memoized: devices charge
     every report in full), or "auto": :data:`LONGITUDINAL_FACTOR` times epsilon when every
     group can be memoized, else None."""
-    from dataclasses import replace
+    import dataclasses
 
     from ..core.domain import Domain
     from ..methods import make
@@ -52,7 +56,19 @@ def build_plan(method: str, domain: str, epsilon: float, k: int, n: int,
     params: dict[str, Any] = {"epsilon": epsilon, "k": k}
     if oracle is not None:
         params["oracle"] = oracle
-    plan = make(method, **params).plan(Domain.load(domain), n)
+    dom = Domain.load(domain)
+    if method.lower() == "auto":
+        from ..local.auto import Auto
+
+        if oracle is not None:
+            raise DPMarginalsError("--oracle sets CALM's oracle, but the method is auto: "
+                                   "name the method (--method calm)")
+        auto = Auto(epsilon=epsilon, k=k, phases=phases)
+        choice = auto.choice(dom, n)
+        plan = auto.plan(dom, n)
+        plan = dataclasses.replace(plan, params={**plan.params, "auto": choice.to_dict()})
+    else:
+        plan = make(method, **params).plan(dom, n)
     if not plan.groups and not plan.params:
         raise DPMarginalsError(f"method {method!r} makes no collectable plan")
     if memo == "auto":
@@ -61,7 +77,7 @@ def build_plan(method: str, domain: str, epsilon: float, k: int, n: int,
         raise DPMarginalsError(f"--longitudinal-epsilon: a {method} plan's reports cannot be "
                                f"memoized (only grr, oue, sue and em groups can); give "
                                "--longitudinal-epsilon none")
-    return replace(plan, longitudinal=memo)
+    return dataclasses.replace(plan, longitudinal=memo)
 
 
 def describe_plan(plan: Any) -> str:

@@ -17,6 +17,7 @@ from .calm_figures import CALM_EXPERIMENTS
 from .calm_population import POPULATION_EXPERIMENTS
 from .central_tables import CENTRAL_TABLES_EXPERIMENTS
 from .cormode_figures import CORMODE_EXPERIMENTS
+from .heldout import HELDOUT_EXPERIMENTS
 from .runner import Experiment
 
 __all__ = ["EXPERIMENTS", "describe", "get", "names"]
@@ -26,7 +27,8 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [*CALM_EXPERIMENTS,
                                                           *BEYOND_CALM_EXPERIMENTS,
                                                           *CENTRAL_TABLES_EXPERIMENTS,
                                                           *ADAPTIVE_EXPERIMENTS,
-                                                          *POPULATION_EXPERIMENTS]}
+                                                          *POPULATION_EXPERIMENTS,
+                                                          *HELDOUT_EXPERIMENTS]}
 
 
 def names() -> list[str]:

@@ -51,6 +51,7 @@ from typing import Any, overload
 
 import numpy as np
 
+from dpmarginals.core import tuned as _tuned
 from dpmarginals.core.errors import DPMarginalsError
 from dpmarginals.inference.interactions import ConsistentViews
 from dpmarginals.inference.nonneg import norm_sub_rows
@@ -193,7 +194,7 @@ def _rho(m: int, weights: Any, variances: Any) -> np.ndarray:
 
 #: Stage 1 stops once the consistent iterate's negative mass is this fraction of the
 #: consistent noisy views' (see the module docstring for how it was chosen).
-DUAL_FRACTION = 0.5
+DUAL_FRACTION = _tuned.DUAL_FRACTION  # provenance: core/tuned.py
 #: Iterates kept by the Anderson acceleration of stage 2.
 ANDERSON_MEMORY = 5
 

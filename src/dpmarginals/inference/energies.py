@@ -57,6 +57,7 @@ from typing import Any
 import numpy as np
 from scipy.stats import chi2
 
+from ..core import tuned as _tuned
 from ..core.domain import Domain
 from .pgm import (
     CAPACITY_ORDERS,
@@ -73,7 +74,7 @@ from .signed_prior import fit_signed, single_coefficients
 __all__ = ["InteractionEnergies", "interaction_energies"]
 
 #: Family-wise false-detection rate of the per-block test of ``conservative=True``.
-DETECTION = 0.05
+DETECTION = _tuned.DETECTION  # provenance: core/tuned.py
 
 
 @dataclass(frozen=True)

@@ -36,18 +36,19 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import minimize_scalar
 
+from ..core import tuned as _tuned
 from .grid_mixture import ScaleMixture, fit_scale_mixture, log_marginal
 
 __all__ = ["LIMIT", "MIN_BLOCKS", "NORMALITY", "LocationFit", "fit_location"]
 
 #: Fewest blocks the prior is fitted to (with an estimated centre, shrinkage pays from 4 blocks
 #: on: Stein); fewer are left as they are.
-MIN_BLOCKS = 4
+MIN_BLOCKS = _tuned.LOCATION_MIN_BLOCKS  # provenance: core/tuned.py
 #: Most a coefficient moves from its unbiased estimate, in its standard errors.
-LIMIT = 1.0
+LIMIT = _tuned.LOCATION_LIMIT  # provenance: core/tuned.py
 #: Twice the log-likelihood ratio of the scale mixture over a normal prior above which the
 #: mixture is used (the chi-squared 5% point for 2 degrees of freedom).
-NORMALITY = 5.99
+NORMALITY = _tuned.LOCATION_NORMALITY  # provenance: core/tuned.py
 #: Candidate centres scanned before refining (quantiles of the estimates), and the EM steps
 #: each gets while the centre is sought (the chosen centre's fit runs to convergence).
 _SCAN = 17

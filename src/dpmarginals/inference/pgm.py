@@ -59,6 +59,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from dpmarginals.core import tuned as _tuned
 from dpmarginals.core.domain import Domain
 from dpmarginals.core.errors import DPMarginalsError
 from dpmarginals.core.extras import message
@@ -102,7 +103,7 @@ FACTOR_LIMIT = 2**26
 #: optimum: 560 overlapping triples in one 16-way clique (Kosarak d = 16, n = 2^20) were 17x
 #: CALM's error after 200 iterations and 0.46x after 1000 (Armijo's step shrinks with the
 #: overlap).  ``TOL`` (None: run them all) is mbi's convergence criterion.
-ITERS = 1000
+ITERS = _tuned.ITERS  # provenance: core/tuned.py
 TOL = None
 #: ``$DPMARGINALS_JAX_CACHE``: where JAX keeps compiled programs across processes (default
 #: ``~/.cache/dpmarginals/jax``); "off" keeps them in memory only.
@@ -416,7 +417,7 @@ def _maxent_base(sub: tuple[str, ...], tables: Mapping[tuple[str, ...], np.ndarr
 #: to 0.525 / 0.524 (Kosarak k = 3: 0.81 / 0.76 to 0.76 / 0.67), while scaling every order
 #: cost Kosarak k = 6 (0.50 -> 0.60).  calm-pgm keeps the exchangeable prior: on its quick
 #: grid the scaled one took its geometric-mean ratio to CALM from 0.83 to 0.86.
-CAPACITY_ORDERS = (2,)
+CAPACITY_ORDERS = _tuned.CAPACITY_ORDERS  # provenance: core/tuned.py
 
 
 # -- step 2: clique selection -----------------------------------------------------------
@@ -424,7 +425,9 @@ CAPACITY_ORDERS = (2,)
 #: than 0.2 (the earlier default) made calm-pgm 2.5x worse on MSNBC d=16, k=6, eps=0.2 and
 #: was never clearly better on the quick grids of CALM Fig. 4/5 (``dpmarginals experiment
 #: calm-pgm``): a weakly kept interaction still beats none.
-KEEP = 0.0
+KEEP = _tuned.KEEP  # provenance: core/tuned.py
+#: Shrinkage priors of :func:`pgm_estimate` (see there).
+PRIORS = ("exchangeable", "adaptive")
 
 
 def select_cliques(views: Sequence[Sequence[str]], shrunk: ShrinkResult,
@@ -662,8 +665,14 @@ def pgm_estimate(
     tol: float | None = TOL,
     max_fit_seconds: float | None = MAX_FIT_SECONDS,
     max_fit_memory_mb: float | None = MAX_FIT_MEMORY_MB,
+    priors: str = "exchangeable",
 ) -> tuple[GraphicalModel, dict[str, Any]]:
     """The whole inference: shrinkage (optional), clique selection, ``mbi`` fit.
+
+    ``priors``: the shrinkage priors (:data:`PRIORS`): ``"exchangeable"`` (calm-pgm's: one
+    scale mixture per order) or ``"adaptive"`` (the adaptive method's numpy release's: pairs'
+    prior scaled by capacity, binary interactions' sign learned, binary 1-way marginals
+    toward their common centre; :func:`eb_shrink` with ``capacity``, ``signs``, ``location``).
 
     ``shrink=False`` gives the plain ``mbi`` estimator on the noisy views (every view a
     measurement with its stddev).  ``cliques`` fixes the selected cliques (a re-fit with
@@ -680,11 +689,14 @@ def pgm_estimate(
     clock = time.perf_counter()
     require_mbi()
     max_fit_seconds, max_fit_memory_mb = check_limits(max_fit_seconds, max_fit_memory_mb)
+    if priors not in PRIORS:
+        raise DPMarginalsError(f"priors must be one of {', '.join(PRIORS)}, got {priors!r}")
     if shrink:
-        shrunk = eb_shrink(domain, views)
+        shrunk = (eb_shrink(domain, views) if priors == "exchangeable" else
+                  eb_shrink(domain, views, capacity=CAPACITY_ORDERS, signs=True, location=True))
         sets = [_canonical(domain, v.attributes) for v in views]
         info: dict[str, Any] = {
-            "shrink": True, "keep": keep,
+            "shrink": True, "keep": keep, "priors": priors,
             "prior_variance": {str(j): shrunk.prior_variance(j) for j in sorted(shrunk.prior)},
             "shrink_factors": {",".join(sorted(sub)): round(f, 6)
                                for sub, f in shrunk.factor.items()},

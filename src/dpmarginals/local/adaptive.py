@@ -51,6 +51,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..core import tuned as _tuned
 from ..core.dataset import Dataset
 from ..core.domain import Domain
 from ..core.errors import DPMarginalsError, check_choice, check_epsilon, check_k, check_positive_int
@@ -74,13 +75,13 @@ __all__ = ["Adaptive", "Phase", "calibrated_views", "check_phase_one", "check_ph
            "phase_one_structure", "shrunk_synopsis"]
 
 #: Share of the users in each phase but the last (which takes the rest) unless told otherwise.
-PHASE_SHARE = 0.2
+PHASE_SHARE = _tuned.PHASE_SHARE  # provenance: core/tuned.py
 #: Phases of a collection unless told otherwise, and the most allowed.
-PHASES = 4
+PHASES = _tuned.PHASES  # provenance: core/tuned.py
 MAX_PHASES = 32
 #: Users per phase-1 group the default aims at (fewer groups, each better measured, when the
 #: users do not suffice for one group per pair).
-PHASE1_GROUP_USERS = 256
+PHASE1_GROUP_USERS = _tuned.PHASE1_GROUP_USERS  # provenance: core/tuned.py
 INFERENCE = ("shrink", "pgm")
 
 
@@ -178,7 +179,9 @@ class Adaptive:
     the aggregate counts.  ``oracles``: those a group may use (each takes the one of least
     variance for its size).  ``conservative=True`` takes an interaction as strong only when
     the reports show it (the energies' lower one-standard-error bound; better at eps = 0.2,
-    worse at eps >= 0.8 in our measurements, so off by default).
+    worse at eps >= 0.8 in our measurements, so off by default).  ``priors``: the graphical
+    model's shrinkage priors with ``inference="pgm"`` (``"exchangeable"``, calm-pgm's, or
+    ``"adaptive"``, those of the numpy release; :func:`~dpmarginals.inference.pgm.pgm_estimate`).
 
     >>> from dpmarginals.core.domain import Domain
     >>> plan = Adaptive(epsilon=1.0, k=3).plan(Domain.from_dict({f"x{i}": 2 for i in range(8)}),
@@ -198,6 +201,7 @@ class Adaptive:
     per_user: bool = False
     oracles: tuple[str, ...] = ("grr", "oue", "olh")
     conservative: bool = False
+    priors: str = "exchangeable"
     name: ClassVar[str] = "adaptive"
     _workloads: dict[Domain, Workload] = field(default_factory=dict, init=False, repr=False)
 
@@ -205,6 +209,7 @@ class Adaptive:
         self.epsilon = check_epsilon(self.epsilon)
         self.k = check_k(self.k)
         check_choice(self.inference, "inference", INFERENCE)
+        check_choice(self.priors, "priors", ("exchangeable", "adaptive"))
         self.phases = check_positive_int(self.phases, "phases", 2)
         if self.phases > MAX_PHASES:
             raise DPMarginalsError(f"phases must be at most {MAX_PHASES}, got {self.phases}")
@@ -381,7 +386,8 @@ class Adaptive:
         if self.inference == "pgm":
             from .calm_pgm import pgm_synopsis
 
-            return pgm_synopsis(domain, views, self.name, dict(info or {}))
+            return pgm_synopsis(domain, views, self.name, dict(info or {}),
+                                priors=self.priors)
         return shrunk_synopsis(domain, views, self.name, dict(info or {}))
 
 

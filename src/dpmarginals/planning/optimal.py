@@ -66,6 +66,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core import tuned as _tuned
 from ..core.domain import Domain
 from ..core.errors import DPMarginalsError, check_epsilon, check_positive_int
 from ..oracles import make_oracle
@@ -99,7 +100,7 @@ EXACT_ORDERS = 3
 #: reports overstate the triples, so their ratio to the pairs does not bound it; with the
 #: earlier cap of 0.5 the planner saw 4-way interactions that are not there and, on Kosarak
 #: d = 32, k = 8, eps = 0.2, chose 4-way groups that measured 2.7x CALM's error.
-ORDER_DECAY = 0.2
+ORDER_DECAY = _tuned.ORDER_DECAY  # provenance: core/tuned.py
 #: Largest interaction energy there is: the squared L2 distance between two distributions.
 MAX_ENERGY = 2.0
 #: Largest marginal size a candidate group reports.

@@ -1,0 +1,85 @@
+"""Issue #36: ``--method auto``, the default local method of ``release`` and ``plan``."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from command_line import dpmarginals as cli
+from command_line import one_error_line
+from dpmarginals import Domain, release
+from dpmarginals.core.errors import DPMarginalsError
+from dpmarginals.local import auto
+from dpmarginals.local.adaptive import Adaptive
+from dpmarginals.local.auto import Auto, choose
+from dpmarginals.methods import for_plan, make
+from populations import correlated_binary, people
+
+BINARY8 = Domain.from_dict({f"x{i}": 2 for i in range(8)})
+
+
+def test_the_rule_reads_public_facts_only():
+    assert choose(BINARY8, 2**16, 1.0, 3, pgm=False).method == "adaptive"
+    one = choose(BINARY8, 2**16, 1.0, 3, phases=False, pgm=True)
+    assert one.method == "calm_pgm" and "one phase" in one.reason
+    assert choose(BINARY8, 2**16, 1.0, 3, phases=False, pgm=False).method == "calm"
+    # too few users for the adaptive method's phase 1: one phase
+    tiny = choose(Domain.from_dict({f"x{i}": 2 for i in range(40)}), 60, 1.0, 3, pgm=False)
+    assert tiny.method == "calm" and "no phases" in tiny.reason
+    assert choose(BINARY8, 2**16, 1.0, 3, pgm=False) == choose(BINARY8, 2**16, 1.0, 3, pgm=False)
+
+
+def test_auto_run_is_the_chosen_methods_run(monkeypatch):
+    monkeypatch.setattr(auto, "pgm_installed", lambda: False)
+    data = correlated_binary(4000, 6, seed=3)
+    syn = Auto(epsilon=1.0, k=3).run(data, rng=7)
+    assert syn.info["auto"]["chose"] == "adaptive"
+    same = Adaptive(epsilon=1.0, k=3).run(data, rng=7)
+    for q in (["a0", "a1", "a2"], ["a3", "a5"]):
+        assert np.array_equal(syn.marginal(q).values, same.marginal(q).values)
+
+
+def test_release_defaults_to_auto_and_names_the_pick(monkeypatch):
+    monkeypatch.setattr(auto, "pgm_installed", lambda: False)
+    domain = {"education": ["school", "college", "phd"], "income": ["low", "mid", "high"],
+              "sex": ["f", "m"], "smoker": ["no", "yes"]}
+    r = release(people(3000)[list(domain)], domain, epsilon=1.0, k=2)
+    assert r.privacy.method == r.info["auto"]["chose"] == "adaptive"
+    assert r.info["auto"]["method"] == "auto" and "phases possible" in r.info["auto"]["reason"]
+    with pytest.raises(DPMarginalsError, match="name the method"):
+        release(people(300)[list(domain)], domain, epsilon=1.0, k=2, m=4)
+
+
+def test_a_single_phase_auto_plan_is_released_by_calm_pgm(monkeypatch):
+    monkeypatch.setattr(auto, "pgm_installed", lambda: True)
+    plan = make("auto", epsilon=1.0, k=3, phases=False).plan(BINARY8, 2**14)
+    assert plan.method == "calm"
+    import dataclasses
+
+    plan = dataclasses.replace(plan, params={**plan.params, "auto": choose(
+        BINARY8, 2**14, 1.0, 3, phases=False, pgm=True).to_dict()})
+    assert for_plan(plan).name == "calm_pgm"
+
+
+def test_cli_release_without_method_and_plan_default(tmp_path):
+    csv, dom, out = tmp_path / "people.csv", tmp_path / "people-domain.json", tmp_path / "r.json"
+    people(2000).drop(columns=["age"]).to_csv(csv, index=False)
+    dom.write_text(json.dumps({"education": ["school", "college", "phd"],
+                               "income": ["low", "mid", "high"], "sex": ["f", "m"],
+                               "smoker": ["no", "yes"]}))
+    proc = cli("release", csv, "--domain", dom, "--epsilon", 1, "--k", 2, "--out", out,
+               env={"DPMARGINALS_JAX_CACHE": "off"})
+    assert proc.returncode == 0, proc.stderr
+    assert "method auto chose" in proc.stdout
+    body = json.loads(out.read_text())
+    assert body["privacy"]["method"] in ("adaptive", "calm_pgm", "calm")
+    assert json.dumps(body).count('"chose"') == 1
+    plan = tmp_path / "plan.json"
+    proc = cli("plan", "--domain", dom, "--epsilon", 1, "--k", 2, "--n", 20000, "--out", plan,
+               "--single-phase", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["method"] == "calm"
+    one_error_line(cli("release", csv, "--domain", dom, "--epsilon", 1, "--m", 3,
+                       "--out", out), "name the method")

@@ -1,0 +1,75 @@
+"""Issue #36: the held-out benchmark's generator and grid (fixed; reported, never tuned on)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dpmarginals.core.errors import DPMarginalsError
+from dpmarginals.datasets.bayesnet import NetworkSpec, random_network
+from dpmarginals.experiments.heldout import (
+    FULL_REPEATS,
+    NETWORK_SEED0,
+    SETTINGS,
+    _tasks,
+)
+
+
+def test_tree_and_dense_structures():
+    tree = random_network(NetworkSpec(12, "tree", "binary", "skewed", seed=3))
+    assert sum(len(p) for p in tree.parents) == 11
+    dense = random_network(NetworkSpec(12, "dense", "multi", "skewed", seed=3))
+    assert max(len(p) for p in dense.parents) == 3
+    assert sum(len(p) for p in dense.parents) > 11
+    for j, pa in enumerate(dense.parents):  # parents come earlier in the network's order
+        assert all(dense.order.index(p) < dense.order.index(j) for p in pa)
+
+
+def test_values_and_margins():
+    assert set(random_network(NetworkSpec(10, values="binary")).domain.sizes) == {2}
+    assert min(random_network(NetworkSpec(10, values="multi")).domain.sizes) >= 3
+    mixed = random_network(NetworkSpec(10, values="mixed", seed=1)).domain.sizes
+    assert mixed.count(2) == 5 and max(mixed) <= 6
+
+    def spread(margins: str) -> float:  # mean over attributes of size * sum p^2 (1: uniform)
+        data = random_network(NetworkSpec(12, "tree", "multi", margins, seed=4)).sample(
+            20_000, rng=0)
+        return float(np.mean([(np.bincount(data.codes[:, j], minlength=s) / data.n) @
+                              (np.bincount(data.codes[:, j], minlength=s) / data.n) * s
+                              for j, s in enumerate(data.domain.sizes)]))
+    assert spread("uniform") < 1.15 < 1.25 < spread("skewed")
+
+
+def test_sampling_is_seeded_and_follows_the_tables():
+    net = random_network(NetworkSpec(4, "tree", "binary", "skewed", seed=9))
+    a, b = net.sample(50_000, rng=1), net.sample(50_000, rng=1)
+    assert np.array_equal(a.codes, b.codes)
+    root = net.order[0]
+    p = net.cpts[root][0, 1]
+    freq = a.codes[:, root].mean()
+    # 4 standard errors of a binomial proportion (fails with probability ~6e-5)
+    assert abs(freq - p) <= 4 * np.sqrt(p * (1 - p) / a.n)
+
+
+def test_bad_specs_are_refused():
+    with pytest.raises(DPMarginalsError, match="structure"):
+        NetworkSpec(8, structure="star")
+    with pytest.raises(DPMarginalsError, match="d must"):
+        NetworkSpec(1)
+
+
+def test_the_grid_covers_the_issue_and_is_held_out():
+    nets = [s for s in SETTINGS if s.dataset == "bn"]
+    assert {s.structure for s in nets} == {"tree", "dense"}
+    assert {s.values for s in nets} == {"binary", "multi", "mixed"}
+    assert {s.margins for s in nets} == {"skewed", "uniform"}
+    assert min(s.d for s in nets) == 8 and max(s.d for s in nets) == 32
+    assert min(s.n for s in nets) == 2**14 and max(s.n for s in nets) == 2**22
+    real = {s.dataset for s in SETTINGS if s.dataset != "bn"}
+    dev = {"kosarak", "msnbc", "adult3", "br2000-3", "adult", "br2000"}
+    assert real and not real & dev
+    assert NETWORK_SEED0 >= 1000  # no dev-grid run draws a network; streams are keyed apart
+    assert FULL_REPEATS >= 10
+    full = _tasks(False)
+    assert len(full) == len(SETTINGS) * FULL_REPEATS
+    assert len(_tasks(True)) <= 8
