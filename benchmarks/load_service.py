@@ -330,13 +330,13 @@ def _target(plan: Any, data: Any) -> tuple[int, tuple[str, ...], int, float]:
 
 
 def poisoning_setup(args: argparse.Namespace) -> dict[str, Any]:
+    from dpmarginals.aggregation import synopsis_from_counts
     from dpmarginals.core.dataset import Dataset
     from dpmarginals.core.domain import Domain
     from dpmarginals.core.records import read_records
     from dpmarginals.local.calm import CALM
     from dpmarginals.protocol.reports import support_counts
     from dpmarginals.protocol.simulate import simulate_reports
-    from dpmarginals.service import synopsis_from_counts
 
     home = Path(os.environ.get("DPMARGINALS_DATA", "/work/shared/data")) / ADULT
     domain = Domain.load(home / "adult-domain.json")

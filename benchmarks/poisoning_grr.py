@@ -28,13 +28,13 @@ import argparse
 
 import numpy as np
 
+from dpmarginals.aggregation import synopsis_from_counts
 from dpmarginals.core.dataset import Dataset
 from dpmarginals.datasets import load
 from dpmarginals.local.calm import CALM
 from dpmarginals.protocol.counts import Counts
 from dpmarginals.protocol.reports import support_counts
 from dpmarginals.protocol.simulate import simulate_reports
-from dpmarginals.service import synopsis_from_counts
 from dpmarginals.service.poisoning import check_counts, crafted_reports
 
 

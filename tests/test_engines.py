@@ -25,12 +25,14 @@ import pytest
 from scipy import stats
 
 from command_line import dpmarginals
+from dpmarginals.aggregation import estimate, synopsis_from_counts
 from dpmarginals.central import DPMarginals, SparseRecords
 from dpmarginals.cli.argtypes import OneLineParser
 from dpmarginals.cli.engines import register
 from dpmarginals.core.domain import Domain
 from dpmarginals.core.errors import DPMarginalsError
-from dpmarginals.engines import count_supports, estimate, export_reports, write_reports
+from dpmarginals.datasets.records_store import load_records, write_records
+from dpmarginals.engines import count_supports, export_reports, write_reports
 from dpmarginals.engines.base import priority
 from dpmarginals.engines.duckdb_engine import DuckDBEngine, DuckDBTupleCounter
 from dpmarginals.engines.parquet import (
@@ -38,16 +40,13 @@ from dpmarginals.engines.parquet import (
     campaign_path,
     from_table,
     group_files,
-    load_records,
     report_schema,
     to_table,
-    write_records,
 )
 from dpmarginals.oracles import make_oracle
 from dpmarginals.protocol import randomizers
 from dpmarginals.protocol.plan import GroupSpec, Plan
 from dpmarginals.protocol.reports import PlanCodec, support_counts
-from dpmarginals.service import synopsis_from_counts
 
 pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")
 

@@ -31,17 +31,30 @@ def _imports(path: Path) -> set[str]:
     return found
 
 
+def _part(parts: tuple[str, ...] | list[str]) -> str | None:
+    """The part of dpmarginals a module belongs to: its package, or the top-level module
+    itself (``methods``, ``aggregation``, ...); None for ``dpmarginals/__init__.py``."""
+    if not parts or parts[0] == "__init__":
+        return None
+    return parts[0]
+
+
 def package_graph() -> dict[str, set[str]]:
-    """Top-level package -> the top-level packages it imports (modules at the top: skipped)."""
+    """Part -> the parts it imports: every package and every top-level module, none exempt
+    (the package's ``__init__`` re-exports the public names and is the one root)."""
     graph: dict[str, set[str]] = defaultdict(set)
     for path in PACKAGE.rglob("*.py"):
-        rel = path.relative_to(PACKAGE).parts
-        if len(rel) < 2:
-            continue  # dpmarginals/__init__.py, methods.py, private_release.py sit above all
+        source = _part(path.relative_to(PACKAGE).with_suffix("").parts)
+        if source is None:
+            continue
         for target in _imports(path):
-            parts = target.split(".")
-            if len(parts) > 1 and (PACKAGE / parts[1]).is_dir() and parts[1] != rel[0]:
-                graph[rel[0]].add(parts[1])
+            parts = target.split(".")[1:]
+            if parts and not (PACKAGE / parts[0]).is_dir() and not (
+                    PACKAGE / f"{parts[0]}.py").is_file():
+                continue
+            dest = _part(parts)
+            if dest is not None and dest != source:
+                graph[source].add(dest)
     return graph
 
 

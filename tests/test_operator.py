@@ -300,8 +300,8 @@ def test_kill_9_on_postgresql_loses_no_acknowledged_report(tmp_path, postgres_ur
     """The SQLite test of tests/test_service_e2e.py on the PostgreSQL store: SIGKILL while
     three clients post; every acknowledged report is stored once, the tallies equal a
     recount, and the cut requests sent again are stored once."""
+    from dpmarginals.aggregation import synopsis_from_reports
     from dpmarginals.protocol.http import ServiceClient, ServiceError
-    from dpmarginals.service import synopsis_from_reports
     from dpmarginals.service.store import open_store
     from test_service_e2e import _crash_plan, _kill_during_ingestion
 

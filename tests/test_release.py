@@ -276,8 +276,8 @@ def test_service_answers_show_the_users_values(tmp_path):
     pytest.importorskip("fastapi")
     from fastapi.testclient import TestClient
 
+    from dpmarginals.aggregation import synopsis_from_reports
     from dpmarginals.protocol.simulate import simulate_reports
-    from dpmarginals.service import synopsis_from_reports
     from dpmarginals.service.app import create_app
 
     data = Dataset.from_frame(people(3000), DOMAIN)

@@ -31,6 +31,7 @@ with warnings.catch_warnings():  # starlette's notice about its httpx-based test
     warnings.simplefilter("ignore")
     from fastapi.testclient import TestClient
 
+from dpmarginals.aggregation import synopsis_from_reports
 from dpmarginals.core.domain import Domain
 from dpmarginals.core.errors import DPMarginalsError
 from dpmarginals.local.calm import CALM
@@ -38,7 +39,6 @@ from dpmarginals.protocol.device import Device
 from dpmarginals.protocol.plan import GroupSpec, Plan
 from dpmarginals.protocol.reports import MAX_BATCH_REPORTS, PlanCodec, ReportError
 from dpmarginals.protocol.simulate import simulate_reports
-from dpmarginals.service import synopsis_from_reports
 from dpmarginals.service.app import create_app
 from dpmarginals.service.store import SQLiteStore, Store, open_store
 

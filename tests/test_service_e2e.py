@@ -26,11 +26,11 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
+from dpmarginals.aggregation import synopsis_from_reports
 from dpmarginals.core.domain import Domain
 from dpmarginals.protocol.http import ServiceClient, ServiceError
 from dpmarginals.protocol.plan import GroupSpec, Plan
 from dpmarginals.protocol.simulate import simulate_reports
-from dpmarginals.service import synopsis_from_reports
 from dpmarginals.service.store import SQLiteStore
 from dpmarginals.synopsis.base import load_synopsis
 

@@ -529,7 +529,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_a_plan_is_written_without_a_server_and_json_lines_are_estimated(tmp_path):
-    from dpmarginals.service import synopsis_from_reports
+    from dpmarginals.aggregation import synopsis_from_reports
     from dpmarginals.synopsis.base import load_synopsis
 
     (tmp_path / "domain.json").write_text(json.dumps(dict(zip(DOMAIN.attributes,

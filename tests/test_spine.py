@@ -200,8 +200,9 @@ def _through_service(api, name: str, plan, reports) -> list[dict]:
 
 @pytest.mark.parametrize("name", SPINE_METHODS)
 def test_every_path_gives_the_methods_own_synopsis(api, name, tmp_path):
-    from dpmarginals.engines import count_supports, estimate, export_reports
-    from dpmarginals.service import synopsis_from_counts
+    from dpmarginals.aggregation import synopsis_from_counts
+    from dpmarginals.aggregation import estimate
+    from dpmarginals.engines import count_supports, export_reports
 
     warnings.simplefilter("ignore")  # EM's failure warnings (restored by pytest)
     method, plan, reports = _reports(name)
@@ -233,7 +234,8 @@ def test_every_path_gives_the_methods_own_synopsis(api, name, tmp_path):
 
 
 def test_spark_counts_give_the_same_synopsis(api, tmp_path):
-    from dpmarginals.engines import count_supports, estimate, export_reports
+    from dpmarginals.aggregation import estimate
+    from dpmarginals.engines import count_supports, export_reports
 
     spark = _spark_session()
     warnings.simplefilter("ignore")

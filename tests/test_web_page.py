@@ -37,10 +37,10 @@ pytest.importorskip("httpx")
 import httpx
 import uvicorn
 
+from dpmarginals.aggregation import synopsis_from_reports
 from dpmarginals.core.domain import Domain
 from dpmarginals.protocol.plan import GroupSpec, Plan
 from dpmarginals.protocol.simulate import simulate_reports
-from dpmarginals.service import synopsis_from_reports
 from dpmarginals.service.app import create_app
 from dpmarginals.service.web import CONTENT_SECURITY_POLICY
 from dpmarginals.synopsis.stderr import standard_errors

@@ -65,8 +65,8 @@ import pandas as pd
 
 from ..core.errors import DPMarginalsError, check_epsilon
 from ..core.randomness import RNGLike
+from ..datasets.records_store import as_records
 from ..datasets.sparse import SparseRecords
-from ..engines.parquet import as_records
 from .accounting import PrivacyBudget, check_delta, plan_budget
 from .ktuple_stages import CertifiedStages, SimulatedStages, stage_budgets
 from .noise import (
@@ -168,7 +168,7 @@ class DPMarginals:
         threads: int | None = None,
     ) -> DPMarginalsResult:
         """Run Algorithm 1 on ``data`` (records, a table with NaN for empty, a file, or a
-        records directory of :func:`dpmarginals.engines.parquet.write_records`).
+        records directory of :func:`dpmarginals.datasets.records_store.write_records`).
 
         ``rng=None`` is the private release (OpenDP noise, OS randomness).  A seed is only
         accepted with ``simulation=True``: a non-private, reproducible simulation.
@@ -374,12 +374,12 @@ def tuple_counter(data: Any, engine: str, *, spark: Any = None,
                   threads: int | None = None) -> tuple[Any, Any]:
     """``(records metadata, counter)`` for the central-DP extraction on a SQL engine.
 
-    ``data``: a records directory (:func:`~dpmarginals.engines.parquet.write_records`;
+    ``data``: a records directory (:func:`~dpmarginals.datasets.records_store.write_records`;
     its entries are scanned by the engine and never loaded by Python), or anything
     ``DPMarginals.fit`` reads in memory (records, a DataFrame, a file).
     """
+    from ..datasets.records_store import is_records_dir, open_records
     from ..engines import check_engine
-    from ..engines.parquet import is_records_dir, open_records
 
     engine = check_engine(engine)
 

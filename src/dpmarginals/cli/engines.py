@@ -64,7 +64,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def _cmd_estimate(args: argparse.Namespace) -> int:
-    from ..engines import estimate
+    from ..aggregation import estimate
     from ..engines.jsonl import is_jsonl
     from ..engines.parquet import read_manifest, resolve_campaign
     from ..protocol.plan import Plan

@@ -33,7 +33,6 @@ counted by the numpy engine.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -43,15 +42,13 @@ import numpy as np  # noqa: F401 (the module doctest uses it)
 from ..core.errors import DPMarginalsError
 from ..protocol.plan import Plan
 from .base import ENGINES, Counts, check_engine
-from .parquet import export_reports, resolve_campaign, write_records, write_reports
+from .parquet import export_reports, resolve_campaign, write_reports
 
 __all__ = [
     "ENGINES",
     "Counts",
     "count_supports",
-    "estimate",
     "export_reports",
-    "write_records",
     "write_reports",
 ]
 
@@ -106,32 +103,3 @@ def count_supports(
     from .numpy_engine import count_parquet
 
     return count_parquet(plan, campaign_dir)
-
-
-def estimate(
-    plan: Plan,
-    reports: str | Path | Sequence[Any] | Mapping[int, Any],
-    engine: str = "numpy",
-    *,
-    campaign: str | None = None,
-    spark: Any = None,
-    threads: int | None = None,
-    max_rounds: int = 1000,
-) -> Any:
-    """Count, then the plan's method's own release: the synopsis of a campaign's reports.
-
-    The same pipeline as the collection service's (``synopsis_from_counts``).
-    ``synopsis.info`` records the engine and its seconds.
-    """
-    from ..service import synopsis_from_counts
-
-    start = time.perf_counter()
-    counts = count_supports(plan, reports, engine, campaign=campaign, spark=spark,
-                            threads=threads)
-    counted = time.perf_counter()
-    synopsis = synopsis_from_counts(plan, counts, max_rounds=max_rounds)
-    synopsis.info["engine"] = engine
-    synopsis.info["reports_per_group"] = [int(u) for u in counts.users]
-    synopsis.info["stage_seconds"] = {"count": counted - start,
-                                      "estimate": time.perf_counter() - counted}
-    return synopsis

@@ -206,9 +206,9 @@ class DuckDBTupleCounter:
     DuckDB: per-user numbers of valid k-tuples, contribution bounding, the histogram of
     kept tuples, and the apriori join of each user's held tuples.
 
-    ``records`` is a :class:`~.parquet.RecordsTable` (entries read from Parquet) or
-    in-memory ``SparseRecords`` (registered as an Arrow table).  The item dictionary, the
-    extracted tuples ``S_k`` and the noise stay on the driver.
+    ``records`` is a :class:`~dpmarginals.datasets.records_store.RecordsTable` (entries read
+    from Parquet) or in-memory ``SparseRecords`` (registered as an Arrow table).  The item
+    dictionary, the extracted tuples ``S_k`` and the noise stay on the driver.
     """
 
     def __init__(self, records: Any, *, threads: int | None = None,

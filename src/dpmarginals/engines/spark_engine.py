@@ -39,6 +39,14 @@ import numpy as np
 
 from ..core.errors import DPMarginalsError
 from ..core.extras import lazy
+from ..datasets.records_store import (
+    RECORDS_MANIFEST,
+    RecordsTable,
+    as_records,
+    is_records_dir,
+    open_records,
+    write_records,
+)
 from ..protocol.plan import Plan
 from .base import (
     LANE,
@@ -56,16 +64,7 @@ from .base import (
     plan_oracles,
     priority_seed,
 )
-from .parquet import (
-    MANIFEST,
-    RECORDS_MANIFEST,
-    RecordsTable,
-    check_manifest,
-    group_files,
-    is_records_dir,
-    resolve_campaign,
-    write_records,
-)
+from .parquet import MANIFEST, check_manifest, group_files, resolve_campaign
 
 pa = lazy("pyarrow", extra="spark", what="the spark engine")
 
@@ -371,12 +370,8 @@ class SparkTupleCounter:
         if isinstance(data, str | Path) and not _is_local(data):
             self.records = self._remote_records(str(data).rstrip("/"))
         elif isinstance(data, str | Path) and is_records_dir(_local(data)):
-            from .parquet import open_records
-
             self.records = open_records(_local(data))
         else:
-            from .parquet import as_records
-
             self._tmp = tempfile.mkdtemp(prefix="dpm-spark-")
             self.records = write_records(as_records(data), Path(self._tmp) / "records")
         path = str(self.records.path)

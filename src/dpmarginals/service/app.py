@@ -71,6 +71,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 
 from .. import __version__
+from ..aggregation import answer_domain
 from ..core.errors import DPMarginalsError
 from ..protocol.phases import (
     check_next_phase,
@@ -80,7 +81,6 @@ from ..protocol.phases import (
     phase_of,
 )
 from ..protocol.reports import BATCH_SCHEMA, MAX_BATCH_REPORTS, REPORT_SCHEMA, ReportError
-from . import answer_domain
 from .admission import PlanRejected, admit_plan, check_structure
 from .docs import add_api_docs
 from .errors import ServiceError, add_error_handlers, responses

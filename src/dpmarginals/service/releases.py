@@ -33,10 +33,10 @@ from typing import Any
 
 import numpy as np
 
+from ..aggregation import answer_domain, synopsis_from_counts
 from ..core.errors import DPMarginalsError
 from ..core.table import MarginalTable
 from ..protocol.counts import Counts
-from . import answer_domain, synopsis_from_counts
 from .phases import earlier_phases
 from .poisoning import Flag, check_counts
 from .store import Campaign, Store
