@@ -200,8 +200,7 @@ def _through_service(api, name: str, plan, reports) -> list[dict]:
 
 @pytest.mark.parametrize("name", SPINE_METHODS)
 def test_every_path_gives_the_methods_own_synopsis(api, name, tmp_path):
-    from dpmarginals.aggregation import synopsis_from_counts
-    from dpmarginals.aggregation import estimate
+    from dpmarginals.aggregation import estimate, synopsis_from_counts
     from dpmarginals.engines import count_supports, export_reports
 
     warnings.simplefilter("ignore")  # EM's failure warnings (restored by pytest)
