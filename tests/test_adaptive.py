@@ -225,7 +225,7 @@ def test_campaign_in_phases_through_the_service(tmp_path):
                 if j == 3:
                     break
                 if j == 0:  # the first name of the route still opens phase 2
-                    with urllib.request.urlopen(post("/campaigns/survey/phase2"),
+                    with urllib.request.urlopen(post("/campaigns/survey/next-phase"),
                                                 timeout=60) as answer:
                         opened = json.loads(answer.read())
                 else:

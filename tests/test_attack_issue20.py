@@ -220,16 +220,16 @@ def test_phase_two_that_cannot_open_leaves_phase_one_open(api):
     plan1, _, codes = _phases()
     n1 = plan1.params["phase1_users"]
     assert _create(api, "s", plan1).status_code == 201
-    _refusal(api.post("/campaigns/s/phase2", headers=ADMIN), 422, "no_phase_two",
+    _refusal(api.post("/campaigns/s/next-phase", headers=ADMIN), 422, "no_next_phase",
              f"phase 1 has no reports in {plan1.m} of its {plan1.m} groups")
     few = simulate_reports(plan1, codes[:2], max_epsilon=1.0, groups=[0, 0], rng=3)
     assert api.post("/campaigns/s/reports/batch", json={"reports": few}).status_code == 201
-    _refusal(api.post("/campaigns/s/phase2", json={"users": 10}, headers=ADMIN), 422,
-             "no_phase_two", f"no reports in {plan1.m - 1} of its {plan1.m} groups")
+    _refusal(api.post("/campaigns/s/next-phase", json={"users": 10}, headers=ADMIN), 422,
+             "no_next_phase", f"no reports in {plan1.m - 1} of its {plan1.m} groups")
     assert _create(api, "s.phase2", WFM(epsilon=1.0, k=2).plan(BIN3, 10)).status_code == 201
     rest = simulate_reports(plan1, codes[2:n1], max_epsilon=1.0, rng=4)
     assert api.post("/campaigns/s/reports/batch", json={"reports": rest}).status_code == 201
-    _refusal(api.post("/campaigns/s/phase2", headers=ADMIN), 409, "campaign_exists",
+    _refusal(api.post("/campaigns/s/next-phase", headers=ADMIN), 409, "campaign_exists",
              "is not the next phase of 's'")
     status = api.get("/campaigns/s/status").json()
     assert status["state"] == "open" and status["reports"] == n1
@@ -242,11 +242,11 @@ def test_phase_two_refuses_inherited_expired_settings_and_opens_with_new_ones(ap
     reports = simulate_reports(plan1, codes[:n1], max_epsilon=1.0, rng=5)
     assert api.post("/campaigns/e/reports/batch", json={"reports": reports}).status_code == 201
     time.sleep(2.1)
-    _refusal(api.post("/campaigns/e/phase2", headers=ADMIN), 422, "invalid_settings",
+    _refusal(api.post("/campaigns/e/next-phase", headers=ADMIN), 422, "invalid_settings",
              "the next phase would open already expired")
     assert api.get("/campaigns/e.phase2/plan").status_code == 404
     later = time.time() + 3600  # the settings given change phase 1's, the rest inherited
-    opened = api.post("/campaigns/e/phase2", json={"settings": {"expires_at": later}},
+    opened = api.post("/campaigns/e/next-phase", json={"settings": {"expires_at": later}},
                       headers=ADMIN)
     assert opened.status_code == 201, opened.text
     assert opened.json()["settings"] == {**opened.json()["settings"], **OPEN,
@@ -262,7 +262,7 @@ def test_concurrent_phase_two_requests_open_one_phase_two(api):
     assert api.post("/campaigns/c/reports/batch", json={"reports": reports}).status_code == 201
     answers: list = []
     threads = [threading.Thread(target=lambda: answers.append(
-        api.post("/campaigns/c/phase2", headers=ADMIN))) for _ in range(3)]
+        api.post("/campaigns/c/next-phase", headers=ADMIN))) for _ in range(3)]
     for t in threads:
         t.start()
     for t in threads:
@@ -280,7 +280,7 @@ def test_concurrent_phase_two_requests_open_one_phase_two(api):
 def test_a_phase_two_plan_without_its_phase_one_is_refused_at_creation(api):
     _, plan2, _ = _phases()
     body = copy.deepcopy(plan2.to_dict(with_hash=False))
-    body["params"]["phase1_campaign"] = "nowhere"
+    body["params"]["earlier_campaigns"] = ["nowhere"]
     _refusal(_create(api, "f", body), 422, "invalid_plan",
              "phase 1 of this campaign ('nowhere'")
     assert api.get("/campaigns/f/status").status_code == 404

@@ -649,35 +649,17 @@ def test_a_ticket_serial_is_spent_once(store):
     assert err.value.code == "duplicate_report"
 
 
-def test_a_version_1_store_is_migrated_and_its_campaigns_keep_their_behaviour(tmp_path):
-    """A store written by the previous release (schema 1: no settings, no tickets)."""
-    from dpmarginals.service.settings import LEGACY_SETTINGS
-
+def test_a_store_of_another_schema_is_refused_in_one_line(tmp_path):
+    """No migration layer in a 0.x package: a store of schema 1 (before settings and
+    tickets) is refused, naming the version this dpmarginals reads."""
     path = tmp_path / "v1.db"
-    plan = mixed_plan()
     conn = sqlite3.connect(path)
-    conn.executescript(
-        "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
-        "INSERT INTO meta VALUES ('schema_version', '1');"
-        "CREATE TABLE campaigns(num INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, "
-        "plan_hash TEXT NOT NULL, plan TEXT NOT NULL);"
-        "CREATE TABLE reports(campaign INTEGER NOT NULL, rid BLOB NOT NULL, grp INTEGER NOT "
-        "NULL, payload BLOB NOT NULL, PRIMARY KEY (campaign, rid)) WITHOUT ROWID;"
-        "CREATE TABLE tallies(campaign INTEGER NOT NULL, grp INTEGER NOT NULL, users INTEGER "
-        "NOT NULL, support BLOB NOT NULL, PRIMARY KEY (campaign, grp)) WITHOUT ROWID;")
-    conn.execute("INSERT INTO campaigns VALUES (1, 'old', ?, ?)",
-                  (plan.hash, plan.to_json(indent=None)))
-    conn.executemany("INSERT INTO tallies VALUES (1, ?, 0, ?)",
-                     [(g, bytes(8 * s.cells)) for g, s in enumerate(plan.groups)])
+    conn.executescript("CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+                       "INSERT INTO meta VALUES ('schema_version', '1');")
     conn.commit()
     conn.close()
-    with SQLiteStore(path) as store:
-        old = store.campaign("old")
-        assert old.settings == LEGACY_SETTINGS and old.settings.tickets == "off"
-        reports = simulate_reports(plan, records(50), max_epsilon=1.0, rng=30)
-        assert store.add_reports(old, old.codec.decode(reports)) == 50
-        new, _ = store.create_campaign("new", plan)
-        assert new.settings.tickets == "assigned"
-    with SQLiteStore(path) as store:  # reopened: version 2 now
-        assert store.campaign("old").settings == LEGACY_SETTINGS
-        _assert_counts_match(store, store.campaign("old"))
+    with pytest.raises(DPMarginalsError, match="schema version 1; this dpmarginals reads "
+                                               "version 2") as info:
+        SQLiteStore(path)
+    assert "\n" not in str(info.value)
+

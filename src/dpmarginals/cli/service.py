@@ -614,7 +614,7 @@ def register(subparsers: Any) -> None:
     _add_token_file(a, "admin token")
     a.set_defaults(func=_cmd_campaign_close)
 
-    a = actions.add_parser("next-phase", aliases=["phase2"],
+    a = actions.add_parser("next-phase",
                            help="adaptive campaigns: close a phase and open the next "
                            "(PHASE1-ID.phaseJ), planned from every phase's reports so far")
     a.add_argument("--server", required=True, help="the aggregator's URL")

@@ -4,21 +4,6 @@
 with uvicorn (:mod:`.serving`).  Endpoints (all JSON; every error is
 ``{"error": code, "reason": text}``, :mod:`.errors`):
 
-method   path                                admin  what
-=======  ==================================  =====  =========================================
-GET      /health                                    liveness and the store's kind
-POST     /campaigns                          yes    create a campaign ``{"id", "plan"}``
-GET      /campaigns                          yes    list the campaigns
-GET      /campaigns/{id}/plan                       the public plan (with its hash)
-GET      /campaigns/{id}/assignment                 a group for a user (``?count=`` for many)
-POST     /campaigns/{id}/reports                    one report
-POST     /campaigns/{id}/reports/batch              ``{"reports": [...]}``, stored atomically
-GET      /campaigns/{id}/status                     reports per group
-GET      /campaigns/{id}/marginals                  ``?attributes=a,b[&std=true][&format=csv]``
-GET      /ui                                        the analyst's web page (:mod:`.web`)
-GET      /campaigns/{id}/reports             yes    every stored report (JSON lines)
-=======  ==================================  =====  =========================================
-=======
 =======  ==================================  ========  =====================================
 method   path                                token     what
 =======  ==================================  ========  =====================================
@@ -30,8 +15,7 @@ POST     /campaigns/{id}/next-phase          admin     close a phase of an adapt
                                                        open the next, ``{phase 1}.phase{j}``
                                                        (:mod:`.phases`; ``{"users",
                                                        "settings"}``, both optional: settings
-                                                       over this phase's); ``/phase2``: the
-                                                       same
+                                                       over this phase's)
 GET      /campaigns/{id}/plan                          the public plan (with its hash)
 GET      /campaigns/{id}/assignment                    a group and its single-use ticket
                                                        (``?count=`` for many)
@@ -520,7 +504,7 @@ def _add_campaign_endpoints(app: Any, fa: Any, agg: Aggregator, guards: Any) -> 
         try:
             check_next_phase(campaign, found.plan)
         except DPMarginalsError as exc:
-            raise ServiceError(422, "not_phase_one", str(exc)) from None
+            raise ServiceError(422, "no_next_phase", str(exc)) from None
         name = next_phase_name(campaign, found.plan)
         if not re.fullmatch(CAMPAIGN_PATTERN, name):
             raise ServiceError(422, "invalid_request", f"the next phase's id {name!r} would be "
@@ -536,7 +520,7 @@ def _add_campaign_endpoints(app: Any, fa: Any, agg: Aggregator, guards: Any) -> 
         try:  # before closing (closing is final)
             earlier = await run_in_threadpool(earlier_phases, the_store, found.plan)
         except DPMarginalsError as exc:
-            raise ServiceError(422, "no_phase_two", str(exc)) from None
+            raise ServiceError(422, "no_next_phase", str(exc)) from None
         await run_in_threadpool(the_store.close_campaign, found)
         counts = await run_in_threadpool(the_store.counts, found)
         try:
@@ -549,7 +533,7 @@ def _add_campaign_endpoints(app: Any, fa: Any, agg: Aggregator, guards: Any) -> 
             raise ServiceError(422, "invalid_plan", str(exc)) from None
         except DPMarginalsError as exc:
             code = 409 if "exists with another plan" in str(exc) else 422
-            raise ServiceError(code, "campaign_exists" if code == 409 else "no_phase_two",
+            raise ServiceError(code, "campaign_exists" if code == 409 else "no_next_phase",
                                str(exc)) from None
         return JSONResponse({"id": second.name, "phase": phase_of(plan), "closed": campaign,
                              "phase1": plan.params["phase1_campaign"], "plan_hash": plan.hash,
@@ -558,15 +542,12 @@ def _add_campaign_endpoints(app: Any, fa: Any, agg: Aggregator, guards: Any) -> 
                              "settings": second.settings.to_dict()},
                             status_code=201 if created else 200)
 
-    for path, summary in (("next-phase", "Close a phase of an adaptive campaign; open the next, "
-                                         "planned from every phase's reports so far, as "
-                                         "campaign {phase 1's id}.phase{j}"),
-                          ("phase2", "The same as next-phase (its first name, from when "
-                                     "adaptive campaigns had two phases)")):
-        app.post(f"/campaigns/{{campaign}}/{path}", tags=["admin"], status_code=201,
-                 dependencies=guards.admin, summary=summary,
-                 responses={200: {"description": "the next phase existed with this plan"},
-                            **responses(400, 401, 404, 409, 413, 422, 503)})(open_next_phase)
+    app.post("/campaigns/{campaign}/next-phase", tags=["admin"], status_code=201,
+             dependencies=guards.admin,
+             summary="Close a phase of an adaptive campaign; open the next, planned from every "
+             "phase's reports so far, as campaign {phase 1's id}.phase{j}",
+             responses={200: {"description": "the next phase existed with this plan"},
+                        **responses(400, 401, 404, 409, 413, 422, 503)})(open_next_phase)
 
 
 def _check_next_phase_opens(store: Store, found: Campaign, name: str,
@@ -588,7 +569,7 @@ def _check_next_phase_opens(store: Store, found: Campaign, name: str,
     try:
         check_phase_one(found.plan, store.counts(found))
     except DPMarginalsError as exc:
-        raise ServiceError(422, "no_phase_two", str(exc)) from None
+        raise ServiceError(422, "no_next_phase", str(exc)) from None
 
 
 def _add_client_endpoints(app: Any, fa: Any, agg: Aggregator, guards: Any) -> None:

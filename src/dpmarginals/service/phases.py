@@ -65,7 +65,7 @@ def earlier_phases(store: Any, plan: Plan) -> list[tuple[str, Plan, Counts]]:
     the store; else nothing."""
     if phase_of(plan) < 2:
         return []
-    names = plan.params.get("earlier_campaigns", [plan.params.get("phase1_campaign")])
+    names = plan.params.get("earlier_campaigns")
     hashes = earlier_hashes(plan)
     if (not isinstance(names, list) or len(names) != len(hashes)
             or len(names) != phase_of(plan) - 1):

@@ -34,7 +34,7 @@ from typing import Any
 
 from ..core.errors import DPMarginalsError
 
-__all__ = ["LEGACY_SETTINGS", "TICKET_MODES", "CampaignSettings"]
+__all__ = ["TICKET_MODES", "CampaignSettings"]
 
 TICKET_MODES = ("assigned", "any", "off")
 _MAX_REFRESH = 86_400.0
@@ -107,7 +107,3 @@ def _number_in(value: object, low: float, high: float) -> bool:
     return (not isinstance(value, bool) and isinstance(value, int | float)
             and math.isfinite(value) and low <= value <= high)
 
-
-LEGACY_SETTINGS = CampaignSettings(public=True, refresh_seconds=0.0, tickets="off",
-                                   exclude_flagged=False, status_granularity=1)
-"""Campaigns created before settings existed keep behaving as they did."""

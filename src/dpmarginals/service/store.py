@@ -57,7 +57,7 @@ from ..core.errors import DPMarginalsError
 from ..protocol.counts import Counts
 from ..protocol.plan import Plan
 from ..protocol.reports import DecodedReports, PlanCodec, ReportError
-from .settings import LEGACY_SETTINGS, CampaignSettings
+from .settings import CampaignSettings
 
 __all__ = ["Campaign", "PostgresStore", "SQLiteStore", "Store", "StoreError", "TicketUsed",
            "open_store"]
@@ -180,11 +180,9 @@ class Store(ABC):
             insert = self._sql("INSERT INTO meta(key, value) VALUES (?, ?)")
             if row is None:
                 conn.execute(insert, ("schema_version", str(SCHEMA_VERSION)))
-            elif int(row[0]) == 1:
-                self._migrate_from_1(conn)
             elif int(row[0]) != SCHEMA_VERSION:
                 raise DPMarginalsError(f"the store has schema version {row[0]}; this "
-                                       f"dpmarginals reads versions 1 and {SCHEMA_VERSION}")
+                                       f"dpmarginals reads version {SCHEMA_VERSION}")
             found = conn.execute("SELECT value FROM meta WHERE key = 'ticket_secret'").fetchone()
             if found is None:
                 conn.execute(insert, ("ticket_secret", secrets.token_hex(32)))
@@ -192,16 +190,6 @@ class Store(ABC):
         except BaseException:
             conn.execute("ROLLBACK")
             raise
-
-    def _migrate_from_1(self, conn: Any) -> None:
-        """Version 1 -> 2: settings and the closed flag (campaigns made before keep
-        behaving as they did: :data:`LEGACY_SETTINGS`); the tickets table exists already."""
-        legacy = json.dumps(LEGACY_SETTINGS.to_dict()).replace("'", "''")
-        conn.execute(f"ALTER TABLE campaigns ADD COLUMN settings TEXT NOT NULL "
-                     f"DEFAULT '{legacy}'")
-        conn.execute("ALTER TABLE campaigns ADD COLUMN closed INTEGER NOT NULL DEFAULT 0")
-        conn.execute(self._sql("UPDATE meta SET value = ? WHERE key = 'schema_version'"),
-                     (str(SCHEMA_VERSION),))
 
     def reserve_serials(self, count: int) -> int:
         """The first of ``count`` ticket serials no one else (no other server process on
