@@ -425,13 +425,11 @@ def test_every_collectable_method_runs_end_to_end_with_the_ticket_flow(api, monk
         if name in CENTRAL_METHODS:
             continue  # a curator's methods: no users report through the service
         method = methods.make(name, epsilon=1.0, **({"k": 2} if name != "uni" else {}))
-        try:
-            plan = admit_plan(method.plan(DOMAIN, n).to_dict())
-        except (PlanRejected, TypeError):
-            continue  # not collectable (yet): its users do not report through an oracle
-        except Exception as exc:  # central methods: no local plan
-            assert "central" in str(exc).lower() or name == "priview", (name, exc)
+        if name == "uni":  # reads no record: its plan has no groups, and is refused
+            with pytest.raises(PlanRejected, match="no groups"):
+                admit_plan(method.plan(DOMAIN, n).to_dict())
             continue
+        plan = admit_plan(method.plan(DOMAIN, n).to_dict())
         client = ServiceClient("http://testserver", name, token=TOKEN)
         client.create_campaign(plan, {"refresh_seconds": 0})
         mine = rows
@@ -449,8 +447,11 @@ def test_every_collectable_method_runs_end_to_end_with_the_ticket_flow(api, monk
         np.testing.assert_allclose(got["values"], want.marginal(["a", "b"]).values.ravel(),
                                    rtol=1e-9, atol=1e-12, err_msg=name)
         collected.append(name)
-    print("collected through the service:", collected)
-    assert {"calm", "fc", "am", "be", "marg_ps", "marg_rr"} <= set(collected), collected
+    local = set(methods.available()) - set(CENTRAL_METHODS) - {"uni"}
+    assert set(collected) == local == {
+        "adaptive", "am", "auto", "be", "calm", "calm_pgm", "em", "fc", "ft", "inp_em",
+        "inp_ht", "inp_htcms", "inp_olh", "inp_ps", "inp_rr", "marg_ht", "marg_ps", "marg_rr",
+        "wfm"}, collected
 
 
 # -- 4. poisoning: the robust-aggregation check ------------------------------------------------

@@ -62,7 +62,7 @@ import numpy as np
 from dpmarginals.core import tuned as _tuned
 from dpmarginals.core.domain import Domain
 from dpmarginals.core.errors import DPMarginalsError
-from dpmarginals.core.extras import message
+from dpmarginals.core.extras import MissingExtraError, message
 from dpmarginals.inference import location_prior
 from dpmarginals.inference.grid_mixture import fit_scale_mixture
 from dpmarginals.inference.maxent import max_entropy
@@ -120,11 +120,11 @@ class NoisyMarginal(Protocol):
 
 def require_mbi() -> Any:
     """Import ``mbi`` (64-bit JAX, compilation cached on disk), or raise a
-    :class:`DPMarginalsError` naming the extra."""
+    :class:`~dpmarginals.core.extras.MissingExtraError` naming the extra."""
     try:
         import jax
     except ImportError:
-        raise DPMarginalsError(EXTRA_MESSAGE) from None
+        raise MissingExtraError(EXTRA_MESSAGE, "pgm", "jax") from None
     jax.config.update("jax_enable_x64", True)
     _cache_compilation(jax)
     try:
@@ -133,7 +133,7 @@ def require_mbi() -> Any:
             import mbi
             from mbi import estimation  # noqa: F401
     except ImportError:
-        raise DPMarginalsError(EXTRA_MESSAGE) from None
+        raise MissingExtraError(EXTRA_MESSAGE, "pgm", "mbi") from None
     return mbi
 
 
