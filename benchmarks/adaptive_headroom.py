@@ -43,7 +43,6 @@ def _setting(args: tuple[str, int, int, tuple[float, ...]]) -> list[dict[str, An
     from dpmarginals.experiments.calm_figures import task_users
     from dpmarginals.experiments.common import evaluate_synopsis
     from dpmarginals.experiments.runner import seed_for
-    from dpmarginals.inference import pgm
     from dpmarginals.local import adaptive
     from dpmarginals.local.calm import CALM
     from dpmarginals.local.collect import collect
@@ -54,7 +53,7 @@ def _setting(args: tuple[str, int, int, tuple[float, ...]]) -> list[dict[str, An
     data, exact = task_users({"dataset": ds, "n": N, "d": d, "k": K, "repeat": rep,
                               "queries": QUERIES}, 0)
     truth = Structure.from_data(data)
-    planned_from_phase1, shrink = adaptive.phase_one_structure, pgm.eb_shrink
+    planned_from_phase1, shrink = adaptive.phase_one_structure, adaptive.eb_shrink
     rows = []
     for eps in epsilons:
         def sse(synopsis: Any) -> float:
@@ -68,7 +67,7 @@ def _setting(args: tuple[str, int, int, tuple[float, ...]]) -> list[dict[str, An
         for variant in VARIANTS:
             adaptive.phase_one_structure = (planned_from_phase1 if variant == "adaptive"
                                             else lambda *a, **kw: truth)
-            pgm.eb_shrink = (functools.partial(shrink, energies=truth.energy_of)
+            adaptive.eb_shrink = (functools.partial(shrink, energies=truth.energy_of)
                              if variant.endswith("energies") else shrink)
             method = adaptive.Adaptive(epsilon=eps, k=K)
             phases = method.collect(data, rng=seed_for(0, "reports", "adaptive", ds, N, d,
@@ -77,7 +76,7 @@ def _setting(args: tuple[str, int, int, tuple[float, ...]]) -> list[dict[str, An
                                               [p.counts for p in phases]))
             if variant != "adaptive":
                 row[f"{variant} predicted"] = phases[-1].plan.params["predicted_sse"]
-        adaptive.phase_one_structure, pgm.eb_shrink = planned_from_phase1, shrink
+        adaptive.phase_one_structure, adaptive.eb_shrink = planned_from_phase1, shrink
         rows.append(row)
     return rows
 

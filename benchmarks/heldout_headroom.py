@@ -29,7 +29,6 @@ def _one(args: tuple[int, int]) -> dict[str, Any]:
     from dpmarginals.experiments.common import evaluate_synopsis, truths
     from dpmarginals.experiments.heldout import SETTINGS, _users
     from dpmarginals.experiments.runner import seed_for
-    from dpmarginals.inference import pgm
     from dpmarginals.local import adaptive
     from dpmarginals.local.calm import CALM
     from dpmarginals.local.collect import collect
@@ -52,12 +51,12 @@ def _one(args: tuple[int, int]) -> dict[str, Any]:
     plan = calm.plan(data.domain, data.n)
     row = {"setting": s.label, "repeat": r, "calm": sse(calm.release(plan, collect(
         data, plan, rng=seed_for(0, "heldout-reports", "calm", s.index, r)), data.n))}
-    planned, shrink = adaptive.phase_one_structure, pgm.eb_shrink
+    planned, shrink = adaptive.phase_one_structure, adaptive.eb_shrink
     try:
         for variant in VARIANTS:
             adaptive.phase_one_structure = (planned if variant == "adaptive"
                                             else lambda *a, **kw: truth)
-            pgm.eb_shrink = (functools.partial(shrink, energies=truth.energy_of)
+            adaptive.eb_shrink = (functools.partial(shrink, energies=truth.energy_of)
                              if variant.endswith("energies") else shrink)
             method = adaptive.Adaptive(epsilon=eps, k=k)
             phases = method.collect(data, rng=seed_for(0, "heldout-reports", "adaptive",
@@ -65,7 +64,7 @@ def _one(args: tuple[int, int]) -> dict[str, Any]:
             row[variant] = sse(method.release([p.plan for p in phases],
                                               [p.counts for p in phases]))
     finally:
-        adaptive.phase_one_structure, pgm.eb_shrink = planned, shrink
+        adaptive.phase_one_structure, adaptive.eb_shrink = planned, shrink
     return row
 
 

@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from dpmarginals import Domain
-from dpmarginals.inference.pgm import _fit_mixture, capacity_scale, interaction_capacity
+from dpmarginals.inference.shrinkage import capacity_scale, fit_mixture, interaction_capacity
 from dpmarginals.planning.optimal import ORDER_DECAY, Structure
 
 
@@ -37,8 +37,8 @@ def test_a_scaled_prior_is_the_unit_prior_on_rescaled_blocks():
              for s, d in zip(scale, dims, strict=True)]
     resid = [t + rng.normal(0, math.sqrt(v), size=t.size)
              for t, v in zip(theta, noise, strict=True)]
-    grid, w, f = _fit_mixture(resid, noise, scale=scale)
-    grid1, w1, f1 = _fit_mixture([r / math.sqrt(s) for r, s in zip(resid, scale, strict=True)],
+    grid, w, f = fit_mixture(resid, noise, scale=scale)
+    grid1, w1, f1 = fit_mixture([r / math.sqrt(s) for r, s in zip(resid, scale, strict=True)],
                                  noise / scale)
     assert np.allclose(grid, grid1) and np.allclose(w, w1, atol=1e-9)
     assert np.allclose(f, f1, atol=1e-9)
@@ -53,9 +53,9 @@ def test_the_high_capacity_block_keeps_more_of_the_same_evidence():
     resid += [np.array([math.sqrt(8e-3)]), np.array([math.sqrt(8e-3)])]
     scale = np.ones(80)
     scale[-2] = 20.0
-    _, _, f = _fit_mixture(resid, noise, scale=scale)
+    _, _, f = fit_mixture(resid, noise, scale=scale)
     assert f[-2] > 3 * f[-1] and f[-2] > f[-1] + 0.05, f[-2:]
-    _, _, flat = _fit_mixture(resid, noise)
+    _, _, flat = fit_mixture(resid, noise)
     assert math.isclose(flat[-2], flat[-1])
 
 

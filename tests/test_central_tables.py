@@ -21,7 +21,7 @@ from command_line import dpmarginals as cli
 from dpmarginals import Dataset, Domain, load_release, load_synopsis, make, release
 from dpmarginals.central.accounting import rdp_epsilon, zcdp_epsilon, zcdp_rho
 from dpmarginals.core.errors import DPMarginalsError
-from dpmarginals.inference.pgm import GraphicalModel
+from dpmarginals.inference.graphical_model import GraphicalModel
 from populations import people as population
 
 pytest.importorskip("opendp.extras.mbi")

@@ -10,7 +10,7 @@ import pytest
 from dpmarginals.core.dataset import Dataset
 from dpmarginals.core.domain import Domain
 from dpmarginals.inference.location_prior import LIMIT, MIN_BLOCKS, _normal, fit_location
-from dpmarginals.inference.pgm import eb_shrink
+from dpmarginals.inference.shrinkage import eb_shrink
 from dpmarginals.inference.views import NoisyView
 
 

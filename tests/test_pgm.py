@@ -12,13 +12,11 @@ import pytest
 from dpmarginals import Dataset, Domain
 from dpmarginals.cli.commands import main
 from dpmarginals.core.errors import DPMarginalsError
-from dpmarginals.inference.pgm import (
-    GraphicalModel,
-    _project,
-    eb_shrink,
-    require_mbi,
-    select_cliques,
-)
+from dpmarginals.inference.cliques import select_cliques
+from dpmarginals.inference.graphical_model import GraphicalModel
+from dpmarginals.inference.helmert import project
+from dpmarginals.inference.pgm import require_mbi
+from dpmarginals.inference.shrinkage import eb_shrink
 from dpmarginals.inference.views import NoisyView
 from dpmarginals.local.calm import CALM
 from dpmarginals.local.collect import collect
@@ -134,7 +132,7 @@ def test_shrinkage_rejects_no_views_and_bad_variance():
 
 def test_project_helper_orders_axes():
     t = np.arange(12.0).reshape(2, 3, 2)
-    np.testing.assert_allclose(_project(("a", "b", "c"), t, ("c", "a")),
+    np.testing.assert_allclose(project(("a", "b", "c"), t, ("c", "a")),
                                t.sum(axis=1).T)
 
 
@@ -249,7 +247,7 @@ def test_marginals_methods_take_the_pgm_inference(method):
 
 # -- the fit's cost: predicted, refused, bounded (issue #21) --------------------------------
 def _pairs_with_factors(factors: dict[tuple[str, ...], float]):
-    from dpmarginals.inference.pgm import ShrinkResult
+    from dpmarginals.inference.shrinkage import ShrinkResult
 
     return ShrinkResult({}, dict(factors), {})
 

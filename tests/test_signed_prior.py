@@ -10,7 +10,7 @@ from scipy import integrate, stats
 
 from dpmarginals.core.dataset import Dataset
 from dpmarginals.core.domain import Domain
-from dpmarginals.inference.pgm import _fit_mixture, eb_shrink
+from dpmarginals.inference.shrinkage import eb_shrink, fit_mixture
 from dpmarginals.inference.signed_prior import _components, fit_signed
 from dpmarginals.inference.views import NoisyView
 
@@ -53,7 +53,7 @@ def test_on_symmetric_residuals_it_is_the_scale_mixture() -> None:
     noise = np.tile(gen.uniform(0.5, 2, 200) * 1e-4, 2)
     scale = np.tile(gen.uniform(0.3, 3, 200), 2)
     signed = fit_signed(resid, noise, scale)
-    _, _, factor = _fit_mixture([np.array([x]) for x in resid], noise, scale=scale)
+    _, _, factor = fit_mixture([np.array([x]) for x in resid], noise, scale=scale)
     np.testing.assert_allclose(signed.mean, factor * resid, rtol=1e-9, atol=1e-15)
     half_weights = signed.weights[1:].reshape(2, -1)   # the negative, then the positive
     np.testing.assert_allclose(half_weights[0], half_weights[1], rtol=1e-6, atol=1e-12)
@@ -71,7 +71,7 @@ def test_it_learns_the_sign_the_data_prefer() -> None:
         noise = np.full(400, 0.02**2) * gen.uniform(0.5, 2, 400)
         resid = mu + gen.normal(0, 1, 400) * np.sqrt(noise)
         signed = fit_signed(resid, noise)
-        _, _, factor = _fit_mixture([np.array([x]) for x in resid], noise)
+        _, _, factor = fit_mixture([np.array([x]) for x in resid], noise)
         ratios.append(((signed.mean - mu) ** 2).sum() / ((factor * resid - mu) ** 2).sum())
         probe = fit_signed(np.append(resid, [0.04, -0.04]), np.append(noise, [4e-4, 4e-4]))
         assert probe.mean[-2] > abs(probe.mean[-1])

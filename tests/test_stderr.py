@@ -257,7 +257,7 @@ def test_pgm_covered_std_accounts_for_the_models_non_negativity():
     answers a covered query with eb_shrink's own table; a synopsis fitted without
     shrinkage has none."""
     pytest.importorskip("mbi")
-    from dpmarginals.inference.pgm import eb_shrink
+    from dpmarginals.inference.shrinkage import eb_shrink
     from dpmarginals.local.calm_pgm import CALMPGM
     from dpmarginals.synopsis.stderr import _refit_function
 

@@ -13,7 +13,7 @@ import numpy as np
 from ..core.domain import Domain
 from ..core.errors import DPMarginalsError
 from ..core.table import MarginalTable
-from ..inference.pgm import GraphicalModel
+from ..inference.graphical_model import GraphicalModel
 from ..synopsis.base import Synopsis, check_query, maximal_overlaps
 from .mbi_bridge import clear_cache, numpy_model
 

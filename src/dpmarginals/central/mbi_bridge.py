@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..core.domain import Domain
-from ..inference.pgm import GraphicalModel
+from ..inference.graphical_model import GraphicalModel
 
 __all__ = ["cached_numpy_model", "clear_cache", "fit", "model_class", "numpy_model"]
 
@@ -50,7 +50,7 @@ def model_class() -> type:
     compiles anew for every (model, query) pair, and AIM scores every candidate marginal
     against every round's model: py-spy found nearly all of a run's time in JAX compiles
     (NLTCS, d = 8: 18 minutes for 15 rounds on a loaded 2-core machine).  The same marginal
-    by numpy's variable elimination (:class:`~dpmarginals.inference.pgm.GraphicalModel`)
+    by numpy's variable elimination (:class:`~dpmarginals.inference.graphical_model.GraphicalModel`)
     takes milliseconds.
     """
     import jax.numpy as jnp

@@ -287,6 +287,10 @@ class Domain:
     def indices(self, attrs: Iterable[str]) -> tuple[int, ...]:
         return tuple(self.index(a) for a in attrs)
 
+    def in_order(self, attrs: Iterable[str]) -> tuple[str, ...]:
+        """``attrs`` sorted into the domain's order (the canonical key of a marginal)."""
+        return tuple(sorted(attrs, key=self.index))
+
     @property
     def shape(self) -> tuple[int, ...]:
         return self.sizes

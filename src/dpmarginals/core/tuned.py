@@ -77,13 +77,13 @@ TUNED: dict[str, Tuned] = {
         "1.18 -> 0.88, 0.85, 1.04",
         "paired mean change of the log ratio to CALM, and the worst setting"),
     "CAPACITY_ORDERS": Tuned(
-        (2,), "inference/pgm.py", DEV_GRID,
+        (2,), "inference/shrinkage.py", DEV_GRID,
         "no capacity scaling: 0.539 / 0.534; pairs: 0.525 / 0.524; every order: 0.533 / "
         "0.533 (Kosarak k = 6 0.50 -> 0.60); calm-pgm keeps the exchangeable prior (its quick "
         "grid 0.83 -> 0.86 with the scaled one)",
         "geometric mean of the ratio to CALM, two sets of repeats"),
     "KEEP": Tuned(
-        0.0, "inference/pgm.py", CALM_PGM_QUICK,
+        0.0, "inference/cliques.py", CALM_PGM_QUICK,
         "0.2 (the first default): MSNBC d = 16, k = 6, eps = 0.2 at 1.38x CALM instead of "
         "0.55x, never clearly better elsewhere",
         "ratio of calm-pgm's mean SSE to CALM's per setting"),

@@ -3,7 +3,7 @@
 For every attribute set S inside some view (|S| >= 2), the views' projections on S are
 pooled (weights ``1 / (C_i Var_i)``, CALM §4.4) and compared, in an orthonormal (Helmert)
 basis, with the maximum-entropy table of S's shrunk facets
-(:func:`dpmarginals.inference.pgm.eb_shrink`): the difference ``r`` is S's top-order
+(:func:`dpmarginals.inference.shrinkage.eb_shrink`): the difference ``r`` is S's top-order
 interaction plus noise of variance ``v`` per coefficient.  Under an adaptive-shrinkage prior
 fitted over all blocks of S's order (a scale mixture of normals, Stephens 2017), the
 posterior mean of the interaction's energy ``||theta||^2`` is
@@ -12,7 +12,7 @@ posterior mean of the interaction's energy ``||theta||^2`` is
 
 with ``D`` the block's coefficients, ``g_k`` the grid of prior variances and ``post_k`` the
 posterior weights.  A pair's prior variances are ``g_k`` times its capacity
-(:func:`~dpmarginals.inference.pgm.interaction_capacity`, relative to the mean): two rare
+(:func:`~dpmarginals.inference.shrinkage.interaction_capacity`, relative to the mean): two rare
 items cannot interact as strongly as two common ones.
 
 **No calibration downward.**  The fitted prior's mean errs upward when few blocks are
@@ -32,7 +32,7 @@ reaches S's top block as ``delta ⊗ top(p_a)``, so each facet adds its error va
 ``tau_a = sum_x p_a(x)^2 - 1/c_a`` (a facet's error: its own shrunk noise plus, recursively,
 what its own base inherits).  On sparse binary data this term is as large as the
 interactions (Kosarak d = 32, eps = 0.8, 256 users a group: 0.009 per pair coefficient
-against energies of 1e-4); :func:`~dpmarginals.inference.pgm.eb_shrink` leaves it out.
+against energies of 1e-4); :func:`~dpmarginals.inference.shrinkage.eb_shrink` leaves it out.
 
 **Conservative estimates.**  With few blocks measured with much noise (small epsilon, few
 users) the fitted prior's mean is itself uncertain and errs upward (its weights cannot go
@@ -59,15 +59,14 @@ from scipy.stats import chi2
 
 from ..core import tuned as _tuned
 from ..core.domain import Domain
-from .pgm import (
+from .helmert import project, top
+from .shrinkage import (
     CAPACITY_ORDERS,
     NoisyMarginal,
-    _fit_mixture,
-    _maxent_base,
-    _project,
-    _top,
     capacity_scale,
     eb_shrink,
+    fit_mixture,
+    maxent_base,
 )
 from .signed_prior import fit_signed, single_coefficients
 
@@ -110,8 +109,8 @@ def _residuals(domain: Domain, views: Sequence[NoisyMarginal], signs: bool
     sizes = dict(zip(domain.attributes, domain.sizes, strict=True))
     canon = []
     for v in views:
-        attrs = tuple(sorted(v.attributes, key=domain.index))
-        canon.append((attrs, _project(tuple(v.attributes), np.asarray(v.table, float), attrs),
+        attrs = domain.in_order(v.attributes)
+        canon.append((attrs, project(tuple(v.attributes), np.asarray(v.table, float), attrs),
                       float(v.variance)))
     tau = {a: float((shrunk.tables[(a,)] ** 2).sum() - 1.0 / sizes[a])
            for a in domain.attributes if (a,) in shrunk.tables}
@@ -141,10 +140,10 @@ def _residuals(domain: Domain, views: Sequence[NoisyMarginal], signs: bool
         for attrs, table, var in canon:
             if set(sub) <= set(attrs):
                 w = 1.0 / (math.prod(sizes[a] for a in attrs if a not in sub) * var)
-                acc = acc + w * _project(attrs, table, sub)
+                acc = acc + w * project(attrs, table, sub)
                 wsum += w
         pooled = np.asarray(acc / wsum)
-        resid = _top(pooled) - _top(_maxent_base(sub, shrunk.tables, sizes))
+        resid = top(pooled) - top(maxent_base(sub, shrunk.tables, sizes))
         out[sub] = (resid, noise + inherited(sub))
     return out, shrunk
 
@@ -156,7 +155,7 @@ def interaction_energies(domain: Domain, views: Sequence[NoisyMarginal], *,
 
     ``signs=True``: orders of single-coefficient blocks use the prior of
     :mod:`~dpmarginals.inference.signed_prior` (its posterior energies), as
-    :func:`~dpmarginals.inference.pgm.eb_shrink` does with ``signs=True``."""
+    :func:`~dpmarginals.inference.shrinkage.eb_shrink` does with ``signs=True``."""
     measured, shrunk = _residuals(domain, views, signs)
     blocks: dict[int, list[tuple[tuple[str, ...], np.ndarray, float]]] = {}
     for sub, (resid, noise) in measured.items():
@@ -172,7 +171,7 @@ def interaction_energies(domain: Domain, views: Sequence[NoisyMarginal], *,
         if single is not None:
             values = fit_signed(single, noise, scale).energy
         else:
-            grid, weights, _ = _fit_mixture(resid, noise, scale=scale)
+            grid, weights, _ = fit_mixture(resid, noise, scale=scale)
             values = np.array([_posterior_energy(float((r**2).sum()), r.size, v, s * grid,
                                                  weights)
                                for r, v, s in zip(resid, noise, scale, strict=True)])

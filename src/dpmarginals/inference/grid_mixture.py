@@ -1,7 +1,7 @@
 """Priors that are mixtures over a fixed grid of variances, their weights fitted by EM.
 
 The scale mixture of zero-mean normals (:func:`fit_scale_mixture`; the shrinkage of
-:func:`dpmarginals.inference.pgm.eb_shrink` and the 1-way centre prior of
+:func:`dpmarginals.inference.shrinkage.eb_shrink` and the 1-way centre prior of
 :mod:`dpmarginals.inference.location_prior`) and the half-normals of either sign of
 :mod:`dpmarginals.inference.signed_prior` share the grid and the EM for the weights (the
 nonparametric maximum-likelihood mixture, as ashr; Stephens 2017)."""

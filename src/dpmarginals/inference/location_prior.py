@@ -1,6 +1,6 @@
 """Empirical-Bayes shrinkage of binary 1-way marginals toward their common centre.
 
-The other orders' priors (:func:`dpmarginals.inference.pgm._fit_mixture`,
+The other orders' priors (:func:`dpmarginals.inference.shrinkage.fit_mixture`,
 :mod:`dpmarginals.inference.signed_prior`) shrink toward 0, the maximum-entropy table of the
 facets: for interactions that is the right place, most are near 0.  For a 1-way marginal
 0 is the uniform distribution, which real attributes are far from (Kosarak's and MSNBC's

@@ -1,14 +1,14 @@
 """Empirical-Bayes shrinkage of single-coefficient blocks under a prior that knows signs.
 
 A block of binary attributes has one top-order coefficient.  The scale mixture of
-:func:`dpmarginals.inference.pgm._fit_mixture` (zero-mean normals, Stephens 2017) cannot
+:func:`dpmarginals.inference.shrinkage.fit_mixture` (zero-mean normals, Stephens 2017) cannot
 tell a positive interaction from a negative one, but real data can: on Kosarak 99% of the
 pairs' energy is in positive coefficients, on MSNBC 99.7% of the triples' in negative ones
 (Helmert orientation).  Here the prior is a point mass at 0 and half-normals on either
 sign over a grid of variances, the weights fitted by maximum likelihood (EM; the scale
 mixture's grid, each normal split into its two signs: :mod:`.grid_mixture`): block b's
 coefficient is ``mu_b`` with prior variance ``s_b g_k`` in component k (``s_b`` its capacity scale,
-:func:`~dpmarginals.inference.pgm.capacity_scale`) and its residual ``r_b ~ N(mu_b, v_b)``.
+:func:`~dpmarginals.inference.shrinkage.capacity_scale`) and its residual ``r_b ~ N(mu_b, v_b)``.
 Each component's posterior is the scale mixture's ``N(r g / (g + v), g v / (g + v))``
 truncated to the component's sign, so the posterior mean and energy are closed-form and a
 residual is shrunk as under the scale mixture, but less when it has the sign the data

@@ -26,7 +26,7 @@ planned the same way from every earlier phase's reports, and the last takes the 
    SSE ratio to CALM of 0.49 where two phases of 25/75% gave 0.53 (docs/beyond-calm.md §6).
 4. **Inference** pools every phase's views (their variances the oracles' exact coefficient
    variances): empirical-Bayes shrinkage of every measured interaction
-   (:func:`dpmarginals.inference.pgm.eb_shrink`, the pairs' prior scaled by capacity),
+   (:func:`dpmarginals.inference.shrinkage.eb_shrink`, the pairs' prior scaled by capacity),
    then CALM's consistency + Norm-Sub and maximum entropy (``inference="shrink"``, numpy
    only), or the graphical model (``inference="pgm"``, the optional extra; its shrinkage
    keeps calm-pgm's exchangeable prior).
@@ -57,7 +57,7 @@ from ..core.domain import Domain
 from ..core.errors import DPMarginalsError, check_choice, check_epsilon, check_k, check_positive_int
 from ..core.randomness import RNGLike, simulation_rng
 from ..inference.energies import interaction_energies
-from ..inference.pgm import CAPACITY_ORDERS
+from ..inference.shrinkage import CAPACITY_ORDERS, eb_shrink
 from ..inference.views import NoisyView
 from ..planning.covering import balanced_subsets
 from ..planning.optimal import MAX_QUERIES, Groups, Structure, group_variance, plan_optimal
@@ -136,15 +136,13 @@ def shrunk_synopsis(domain: Domain, views: Sequence[NoisyView], method: str,
                     info: dict[str, Any]) -> Synopsis:
     """Shrinkage, then CALM's consistency + Norm-Sub and maximum entropy (numpy only).
 
-    The views' marginals are pooled and shrunk (:func:`~dpmarginals.inference.pgm.eb_shrink`,
+    The views' marginals are pooled and shrunk (:func:`~dpmarginals.inference.shrinkage.eb_shrink`,
     consistent by construction); the shrunk tables of the maximal measured sets then go
     through :func:`~dpmarginals.synopsis.base.consistent_synopsis`, which makes them
     non-negative, and queries no set contains are answered by maximum entropy.
     """
-    from ..inference.pgm import eb_shrink
-
     shrunk = eb_shrink(domain, views, capacity=CAPACITY_ORDERS, signs=True, location=True)
-    sets = {tuple(sorted(v.attributes, key=domain.index)) for v in views}
+    sets = {domain.in_order(v.attributes) for v in views}
     maximal = sorted((s for s in sets if not any(set(s) < set(o) for o in sets)),
                      key=lambda s: (len(s), s))
     users = {s: sum(v.users for v in views if set(s) <= set(v.attributes)) for s in maximal}

@@ -27,21 +27,16 @@ from ..core.errors import DPMarginalsError, check_choice, check_positive_int
 from ..core.randomness import RNGLike
 from ..core.table import MarginalTable
 from ..core.tuned import CALM_PGM_PRIORS
-from ..inference.pgm import (
-    ITERS,
-    KEEP,
-    TOL,
-    GraphicalModel,
-    NoisyMarginal,
-    pgm_estimate,
-    require_mbi,
-)
+from ..inference.cliques import KEEP
+from ..inference.graphical_model import GraphicalModel
+from ..inference.pgm import ITERS, PRIORS, TOL, pgm_estimate, require_mbi
 from ..inference.pgm_cost import (
     MAX_FIT_MEMORY_MB,
     MAX_FIT_SECONDS,
     check_limits,
     limits_to_json,
 )
+from ..inference.shrinkage import NoisyMarginal
 from ..protocol.plan import Plan
 from ..synopsis.base import Synopsis, check_query, maximal_overlaps
 from .calm import CALM
@@ -153,8 +148,6 @@ class CALMPGM(CALM):
         super().__post_init__()
         if self.inference != "pgm":
             raise DPMarginalsError("calm-pgm always uses inference='pgm'")
-        from ..inference.pgm import PRIORS
-
         check_choice(self.priors, "priors", PRIORS)
         if not 0.0 <= float(self.keep) <= 1.0:
             raise DPMarginalsError(f"keep must be in [0, 1], got {self.keep!r}")

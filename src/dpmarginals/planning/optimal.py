@@ -17,9 +17,9 @@ orthonormal (Helmert) basis: the *top block* of ``S`` is the part of the ``S``-m
   orthonormal coefficient of group ``g``'s estimate
   (:func:`~.workload.coefficient_variance`, exact for GRR's multinomial counts) and ``C_g(S)``
   the cells of ``g`` behind one cell of ``S`` (CALM §4.4's pooling weights).  With
-  ``shrink=True`` (the empirical-Bayes shrinkage of :func:`dpmarginals.inference.pgm.eb_shrink`)
-  a block of energy ``E_S`` costs its posterior error ``E_S N / (E_S + N)`` with
-  ``N = D_S v_S`` instead of ``N``;
+  ``shrink=True`` (the empirical-Bayes shrinkage of
+  :func:`~dpmarginals.inference.shrinkage.eb_shrink`) a block of energy ``E_S`` costs its
+  posterior error ``E_S N / (E_S + N)`` with ``N = D_S v_S`` instead of ``N``;
 * **sampling** if measured: ``D_S / |S cells| * (1/N_S - 1/n)``, ``N_S`` the users of the groups
   that measure ``S`` (their marginal is not the population's); shrinkage removes it in the same
   proportion as the noise (both are error of the measured block);
@@ -162,7 +162,7 @@ class Structure:
     def kappa(self, attr: str) -> float:
         """``sum_x p(x)^2`` of the attribute's distribution."""
         if attr not in self._kappa:
-            from ..inference.pgm import concentration
+            from ..inference.shrinkage import concentration
 
             p = self.marginals.get(attr)
             self._kappa[attr] = 1.0 / self.domain.size(attr) if p is None else concentration(p)
@@ -203,7 +203,7 @@ class Structure:
 
     def capacity_of(self, attrs: Sequence[str]) -> float:
         """``prod_a (1 - kappa_a)``: how much the attributes can interact
-        (:func:`dpmarginals.inference.pgm.interaction_capacity`)."""
+        (:func:`dpmarginals.inference.shrinkage.interaction_capacity`)."""
         return math.prod(1.0 - self.kappa(a) for a in attrs)
 
     def mean_capacity(self, order: int) -> float:

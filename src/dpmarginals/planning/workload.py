@@ -89,7 +89,7 @@ class Workload:
         for q in self.queries:
             q = tuple(q)
             self.domain.project(q)  # names unknown or repeated attributes
-            canon.append(tuple(sorted(q, key=self.domain.index)))
+            canon.append(self.domain.in_order(q))
         object.__setattr__(self, "queries", tuple(dict.fromkeys(canon)))
 
     @classmethod
@@ -323,7 +323,7 @@ def _greedy_cover(domain: Domain, workload: Workload, l: int) -> tuple[tuple[str
             if len(block) >= l:
                 break
             block.add(a)
-        sets.append(tuple(sorted(block, key=domain.index)))
+        sets.append(domain.in_order(block))
         uncovered = [q for q in uncovered if not q <= block]
     return tuple(dict.fromkeys(sets))
 

@@ -308,11 +308,11 @@ FIT_CHUNK = 25
 def _shrunk_views(domain: Any, views: Sequence[Any]) -> Any:
     """A graphical-model synopsis's linear counterpart: its empirical-Bayes shrunk
     marginals (consistent by construction) before the model's non-negativity."""
-    from ..inference.pgm import eb_shrink
+    from ..inference.shrinkage import eb_shrink
     from .base import ViewSynopsis
 
     tables = eb_shrink(domain, views).tables
-    canon = {tuple(sorted(v.attributes, key=domain.index)) for v in views}
+    canon = {domain.in_order(v.attributes) for v in views}
     return ViewSynopsis(domain, [(a, tables[a]) for a in sorted(canon)], "shrunk", {})
 
 
@@ -449,22 +449,23 @@ def postprocessing_factor(worlds: Sequence[Replicate], attrs: Sequence[str],
 
 def _interaction_block(attrs: Sequence[str], table: np.ndarray, domain: Any) -> np.ndarray:
     """A marginal's top-order interaction block beyond the max-entropy table of its facets."""
-    from ..inference.pgm import _maxent_base, _top
+    from ..inference.helmert import top
+    from ..inference.shrinkage import maxent_base
 
     sizes = dict(zip(domain.attributes, domain.sizes, strict=True))
-    canon = tuple(sorted(attrs, key=domain.index))
+    canon = domain.in_order(attrs)
     t = np.transpose(table, [tuple(attrs).index(a) for a in canon])
     facets = {}
     for facet in combinations(canon, len(canon) - 1):
         drop = tuple(i for i, a in enumerate(canon) if a not in facet)
         facets[facet] = np.clip(t.sum(axis=drop), 1e-12, None)
-    return _top(t) - _top(_maxent_base(canon, facets, sizes))
+    return top(t) - top(maxent_base(canon, facets, sizes))
 
 
 def _interactions(synopsis: Any, top: int) -> dict[tuple[str, ...], np.ndarray]:
     """Each order-``top`` view's interaction block beyond max-entropy, by sorted attributes."""
     domain = synopsis.domain
-    return {tuple(sorted(a, key=domain.index)): _interaction_block(a, t, domain)
+    return {domain.in_order(a): _interaction_block(a, t, domain)
             for a, t in synopsis.views if len(a) == top}
 
 
