@@ -12,6 +12,7 @@ import pytest
 
 from command_line import dpmarginals, one_error_line
 from dpmarginals.cli.commands import main
+from dpmarginals.core.domain import Domain
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
@@ -125,12 +126,36 @@ def test_run_on_real_msnbc(capsys):
     assert result["sse_mean"] * 10 < result["uniform_sse_mean"]
 
 
-def test_huge_epsilon_is_refused_in_one_line(tmp_path):
+CEILING_MESSAGE = "epsilon = 25.0 exceeds 20, beyond any meaningful privacy"
+
+
+def test_one_epsilon_cap_with_one_message_everywhere(tmp_path):
+    """release, plan, run and the Python API refuse epsilon 25 as the device and the service
+    do (issue 33 point 4: release and plan took 25 and 50 and labelled the output private)."""
+    from dpmarginals import release
+    from dpmarginals.core.errors import DPMarginalsError
+    from dpmarginals.protocol.checks import check_plan
+    from dpmarginals.protocol.plan import GroupSpec, Plan
+
     csv, dom = tmp_path / "people.csv", tmp_path / "domain.json"
-    pd.DataFrame({"a": [0, 1, 1, 0] * 50, "b": [0, 1, 2, 2] * 50}).to_csv(csv, index=False)
+    frame = pd.DataFrame({"a": [0, 1, 1, 0] * 50, "b": [0, 1, 2, 2] * 50})
+    frame.to_csv(csv, index=False)
     dom.write_text(json.dumps({"a": 2, "b": 3}))
-    base = ["run", "--dataset", csv, "--domain", dom, "--k", "2", "--queries", "5"]
-    one_error_line(dpmarginals(*base, "--epsilon", "1000"), "epsilon", "100", "1000")
-    proc = dpmarginals(*base, "--epsilon", "100", "--json")
+    commands = (
+        ["run", "--dataset", csv, "--domain", dom, "--k", "2", "--queries", "5"],
+        ["release", csv, "--domain", dom, "--k", "2", "--out", tmp_path / "r.json"],
+        ["plan", "--n", "1000", "--d", "5", "--k", "2"],
+        ["plan", "--n", "1000", "--k", "2", "--domain", dom, "--out", tmp_path / "p.json"],
+    )
+    for argv in commands:
+        one_error_line(dpmarginals(*argv, "--epsilon", "25"), CEILING_MESSAGE)
+    assert not (tmp_path / "r.json").exists() and not (tmp_path / "p.json").exists()
+    with pytest.raises(DPMarginalsError, match=CEILING_MESSAGE):
+        release(frame, {"a": 2, "b": 3}, epsilon=25, k=2)
+    plan = Plan("calm", 25.0, Domain.from_dict({"a": 2, "b": 3}),
+                (GroupSpec(("a", "b"), "grr", 25.0, 6),))
+    with pytest.raises(DPMarginalsError, match=CEILING_MESSAGE):
+        check_plan(plan.to_dict(), 20.0)
+    proc = dpmarginals(*commands[0], "--epsilon", "20", "--json")
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
-    assert json.loads(proc.stdout)["sse_mean"] < 1e-20
+    assert json.loads(proc.stdout)["sse_mean"] < 1e-6

@@ -27,7 +27,7 @@ from .central.contingency import RANDOMNESS
 from .central.residual import RANDOMNESS as RESIDUAL_RANDOMNESS
 from .core.dataset import Dataset
 from .core.domain import Domain
-from .core.errors import DPMarginalsError, PrivacyLeakWarning
+from .core.errors import DPMarginalsError, PrivacyLeakWarning, check_budget
 from .core.extras import require_extra
 from .core.provenance import (
     CENTRAL_UNIT,
@@ -84,6 +84,7 @@ def release(
     """
     from .methods import make
 
+    epsilon = check_budget(epsilon)
     for key in (*_SEEDS, "per_user", "sampler"):
         if key in params:
             raise DPMarginalsError(

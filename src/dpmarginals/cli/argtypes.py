@@ -1,8 +1,8 @@
 """argparse pieces shared by every ``dpmarginals`` subcommand: one-line errors, value types.
 
-``--epsilon`` is refused above :data:`MAX_EPSILON`: the library's oracles and planning are
-finite for any finite budget, but a budget that large protects nobody (a report is e^100
-times likelier under the true value), and some methods' error formulas still use e^eps.
+``--epsilon`` is refused above :data:`~dpmarginals.core.errors.EPSILON_CEILING` (20), as
+the Python API, the device and the service refuse it, with the same message: a budget that
+large protects nobody (a report is e^20 times likelier under the true value).
 """
 
 from __future__ import annotations
@@ -11,10 +11,9 @@ import argparse
 from collections.abc import Callable
 from typing import NoReturn
 
-from ..core.errors import DPMarginalsError, check_epsilon
+from ..core.errors import DPMarginalsError, check_budget
 
 __all__ = [
-    "MAX_EPSILON",
     "OneLineParser",
     "epsilon",
     "hide_secrets",
@@ -114,19 +113,5 @@ def number_in(low: float, high: float, *, low_open: bool = True,
     return convert
 
 
-#: The largest privacy budget the command line accepts.
-MAX_EPSILON = 100.0
-
-
-def _cli_epsilon(text: str) -> float:
-    """A privacy budget: finite, > 0 and at most :data:`MAX_EPSILON`."""
-    value = check_epsilon(text)
-    if value > MAX_EPSILON:
-        raise DPMarginalsError(
-            f"epsilon must be at most {MAX_EPSILON:g} (beyond that the randomization "
-            f"protects nobody), got {text}")
-    return value
-
-
-epsilon = validated(_cli_epsilon)
+epsilon = validated(check_budget)
 open_fraction = number_in(0.0, 1.0)

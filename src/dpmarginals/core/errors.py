@@ -49,14 +49,14 @@ def check_budget(epsilon: object, field: str = "epsilon") -> float:
     """A budget someone may publish under or a device may spend: a finite number in
     (0, :data:`EPSILON_CEILING`], else the one message every command gives.
 
-    >>> check_budget(25)
+    >>> check_budget(25)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    dpmarginals.core.errors.DPMarginalsError: epsilon = 25 exceeds 20, beyond any meaningful privacy
+    dpmarginals.core.errors.DPMarginalsError: epsilon = 25.0 exceeds 20, beyond any ...
     """
     value = check_epsilon(epsilon, field)  # type: ignore[arg-type]
     if value > EPSILON_CEILING:
-        raise DPMarginalsError(f"{field} = {epsilon!r} exceeds {EPSILON_CEILING:g}, beyond any "
+        raise DPMarginalsError(f"{field} = {value!r} exceeds {EPSILON_CEILING:g}, beyond any "
                                "meaningful privacy")
     return value
 

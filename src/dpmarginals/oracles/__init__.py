@@ -23,8 +23,8 @@ sampler for simulation).  The randomizers themselves, one per report format, liv
 two, for a memoized plan) derived in integer arithmetic from a rational lower bound of
 e^eps (:mod:`dpmarginals.core.exact`), so every ratio is at most e^eps exactly and every
 client derives the same thresholds.  Beyond eps ~ 22 the thresholds saturate (p -> 1,
-q -> 2^-32-ish); the command line refuses eps above
-:data:`dpmarginals.cli.argtypes.MAX_EPSILON` (no privacy is left long before that).
+q -> 2^-32-ish); every release, plan and device refuses eps above
+:data:`dpmarginals.core.errors.EPSILON_CEILING` = 20 (no privacy is left long before that).
 
 >>> oracle = adaptive_oracle(1.0, 4)
 >>> oracle.name
