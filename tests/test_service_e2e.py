@@ -207,6 +207,38 @@ def test_serve_client_and_query_as_a_new_user(tmp_path):
     assert not (tmp_path / "adult.db-wal").exists()  # the store was closed cleanly
 
 
+def test_a_labelled_export_goes_through_client_and_service_as_release_reads_it(tmp_path):
+    """Issue 33 point 1: the labelled CSV ``datasets --export`` writes (text labels, bins)
+    is what ``client`` reads; the service's release equals the in-process one."""
+    csv = tmp_path / "randhie.csv"
+    _run("datasets", "--export", "randhie", "--out", str(csv))
+    domain = tmp_path / "randhie-domain.json"
+    assert domain.exists()
+    labels = json.loads(domain.read_text())
+    assert any(isinstance(spec, (list, dict)) for spec in labels.values())  # really labelled
+    _run("plan", "--domain", str(domain), "--epsilon", "1.0", "--k", "2", "--n", "3000",
+         "--method", "calm", "--out", str(tmp_path / "plan.json"))
+    plan = Plan.load(tmp_path / "plan.json")
+    server = Server(tmp_path / "randhie.db")
+    try:
+        _run("campaign", "create", "--server", server.url, "--id", "hie", "--plan",
+             str(tmp_path / "plan.json"), "--tickets", "any")
+        out = _run("client", "--server", server.url, "--campaign", "hie", "--data", str(csv),
+                   "--max-epsilon", "1", "--limit", "3000", "--simulate",
+                   "--save-reports", str(tmp_path / "sent.jsonl"))
+        assert "sent 3,000 simulated users' reports" in out
+        local = synopsis_from_reports(plan, _read_jsonl(tmp_path / "sent.jsonl"))
+        first = plan.domain.attributes[0]
+        server.released("hie", 3000, first)
+        for attrs in (list(plan.domain.attributes[:2]), list(plan.domain.attributes[-2:])):
+            served = server.get("/campaigns/hie/marginals", attributes=",".join(attrs))
+            assert served["reports"] == 3000
+            assert served["values"] == local.marginal(attrs).values.ravel().tolist()
+    finally:
+        code = server.stop()
+    assert code == 0, server.read_log()
+
+
 def _crash_plan() -> Plan:
     dom = Domain(("a", "b", "c", "d", "e"), (2, 3, 4, 5, 2))
     sets = [("a", "b"), ("b", "c"), ("c", "d"), ("d", "e"), ("a", "e"), ("b", "d")]
