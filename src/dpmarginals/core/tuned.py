@@ -19,7 +19,7 @@ T10I4D100K and the random Bayesian networks of :mod:`dpmarginals.datasets.bayesn
 >>> TUNED["ORDER_DECAY"].value == ORDER_DECAY
 True
 >>> sorted(t.module for t in TUNED.values())[0]
-'inference/consistency.py'
+'inference/cliques.py'
 """
 
 from __future__ import annotations

@@ -113,6 +113,37 @@ class GraphicalModel:
         p = np.exp(log - np.max(log))
         return p / p.sum()
 
+    def sampling_network(self) -> list[tuple[str, tuple[str, ...]]]:
+        """Every attribute with parents such that sampling in this order from
+        ``P(a | parents) = marginal(parents + a) / marginal(parents)`` draws exactly from the
+        model (Koller & Friedman, Probabilistic Graphical Models, §9.4, §12.1.1).
+
+        The model's graph (attributes adjacent when they share a clique) is triangulated by
+        greedy min-fill elimination; sampling runs in the reverse elimination order, and an
+        attribute's parents are its neighbours when it was eliminated: in a chordal graph they
+        separate it from every attribute sampled before it.
+        """
+        adjacent: dict[str, set[str]] = {a: set() for a in self.domain.attributes}
+        for attrs, _ in self.potentials:
+            for a in attrs:
+                adjacent[a].update(b for b in attrs if b != a)
+        order = self.domain.index
+        eliminated: list[tuple[str, tuple[str, ...]]] = []
+        while adjacent:
+            def fill(v: str) -> tuple[int, int, int]:
+                nbrs = list(adjacent[v])
+                missing = sum(1 for i, a in enumerate(nbrs) for b in nbrs[i + 1:]
+                              if b not in adjacent[a])
+                return missing, math.prod(self.domain.size(b) for b in nbrs), order(v)
+
+            var = min(adjacent, key=fill)
+            nbrs = adjacent.pop(var)
+            for a in nbrs:
+                adjacent[a].discard(var)
+                adjacent[a].update(b for b in nbrs if b != a)
+            eliminated.append((var, tuple(sorted(nbrs, key=order))))
+        return eliminated[::-1]
+
     def to_dict(self) -> dict[str, Any]:
         return {"potentials": [{"attributes": list(a), "values": t.ravel().tolist()}
                                for a, t in self.potentials]}
