@@ -1,0 +1,100 @@
+// @dpmarginals/client/node: Node's parts.  FileStore keeps the ledger in a file written
+// atomically (a temporary file in the same folder, fsync, rename, the folder fsynced), one
+// process at a time (a lock folder beside it); on Node 18, whose global crypto needs a
+// flag, node:crypto's WebCrypto supplies crypto.getRandomValues.
+import { randomBytes, webcrypto } from "node:crypto";
+import { promises as fs } from "node:fs";
+import { basename, dirname, join } from "node:path";
+import { LedgerError } from "./errors.js";
+import type { LedgerStore } from "./ledger.js";
+import { pyr } from "./pyformat.js";
+import { setNodeCrypto } from "./random.js";
+
+setNodeCrypto(webcrypto as unknown as Parameters<typeof setNodeCrypto>[0]);
+
+export * from "./index.js";
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (exc) {
+    return (exc as NodeJS.ErrnoException).code === "EPERM";
+  }
+}
+
+/** The ledger in a file (the same JSON document as the Python client's). */
+export class FileStore implements LedgerStore {
+  readonly name: string;
+  constructor(readonly path: string, readonly lockTimeout = 30) {
+    this.name = `ledger ${pyr(path)}`;
+  }
+
+  async read(): Promise<string | null> {
+    try {
+      return await fs.readFile(this.path, "utf8");
+    } catch (exc) {
+      if ((exc as NodeJS.ErrnoException).code === "ENOENT") return null; // a new device
+      throw new LedgerError(`cannot read ${this.name}: ${(exc as Error).message}`);
+    }
+  }
+
+  async write(text: string): Promise<void> {
+    const folder = dirname(this.path);
+    const tmp = join(folder, `.${basename(this.path)}.${randomBytes(6).toString("hex")}.tmp`);
+    try {
+      const handle = await fs.open(tmp, "wx", 0o600);
+      try {
+        await handle.writeFile(text, "utf8");
+        await handle.sync();
+      } finally {
+        await handle.close();
+      }
+      await fs.rename(tmp, this.path);
+    } catch (exc) {
+      await fs.unlink(tmp).catch(() => undefined);
+      throw new LedgerError(`cannot write ${this.name}: ${(exc as Error).message}`);
+    }
+    try { // make the rename durable (POSIX)
+      const dir = await fs.open(folder, "r");
+      try { await dir.sync(); } finally { await dir.close(); }
+    } catch { /* a platform that cannot fsync a folder */ }
+  }
+
+  /** Exclusive across processes: a lock folder beside the file (mkdir is atomic), taken
+   *  over when the process that made it is gone; stale temporary files are removed. */
+  async lock<T>(body: () => Promise<T>): Promise<T> {
+    const lock = `${this.path}.lockdir`;
+    const deadline = Date.now() + this.lockTimeout * 1000;
+    for (;;) {
+      try {
+        await fs.mkdir(lock);
+        await fs.writeFile(join(lock, "pid"), String(process.pid));
+        break;
+      } catch (exc) {
+        if ((exc as NodeJS.ErrnoException).code !== "EEXIST") {
+          throw new LedgerError(`cannot lock ${this.name}: ${(exc as Error).message}`);
+        }
+        const owner = Number(await fs.readFile(join(lock, "pid"), "utf8").catch(() => "0"));
+        if (owner && !alive(owner)) {
+          await fs.rm(lock, { recursive: true, force: true });
+          continue;
+        }
+        if (Date.now() > deadline) {
+          throw new LedgerError(`cannot lock ${this.name}: ${lock} is held by process ${owner || "?"}`);
+        }
+        await new Promise((r) => setTimeout(r, 10 + Math.floor(Math.random() * 20)));
+      }
+    }
+    try {
+      const folder = dirname(this.path);
+      const prefix = `.${basename(this.path)}.`;
+      for (const entry of await fs.readdir(folder).catch(() => [] as string[])) {
+        if (entry.startsWith(prefix) && entry.endsWith(".tmp")) await fs.unlink(join(folder, entry)).catch(() => undefined);
+      }
+      return await body();
+    } finally {
+      await fs.rm(lock, { recursive: true, force: true });
+    }
+  }
+}
