@@ -23,6 +23,12 @@ export function platformCrypto(): RandomValues {
 
 const buffer = new Uint32Array(256);
 let used = buffer.length;
+let words = 0;
+
+/** (internal, for the tests) How many random words and ids were ever drawn. */
+export function drawn(): number {
+  return words;
+}
 
 /** Words from crypto.getRandomValues. */
 export class SecureWords implements WordSource {
@@ -35,6 +41,7 @@ export class SecureWords implements WordSource {
     }
     const w = buffer[used]!;
     buffer[used++] = 0;
+    words++;
     return w;
   }
 }
@@ -42,6 +49,7 @@ export class SecureWords implements WordSource {
 /** `bytes` random bytes as lowercase hex (report ids: 128 bits). */
 export function randomHex(bytes: number): string {
   const raw = platformCrypto().getRandomValues(new Uint8Array(bytes));
+  words++;
   let out = "";
   for (const b of raw) out += b.toString(16).padStart(2, "0");
   return out;
