@@ -143,15 +143,14 @@ export class Device {
     if (entry !== null && entry.report !== null && entry.report !== undefined) {
       return [plan, key, entry.report];
     }
-    const all = this.ledger.campaigns();
-    const siblings = Object.keys(all).filter((k) => all[k]!.root === root && k !== key);
-    const done = siblings.filter((k) => all[k]!.report !== null && all[k]!.report !== undefined).sort();
+    const siblings = this.ledger.campaignRoots().filter(([k, r]) => r === root && k !== key);
+    const done = siblings.filter(([, , , reported]) => reported).map(([k]) => k).sort();
     if (done.length) {
       throw refused(`this device reported in ${pyr(done[0]!.split("|").slice(1).join("|"))}, a phase `
                     + `of the same collection as ${pyr(campaign)}: each user reports in one phase`);
     }
     const chained = new Set(plan.earlierHashes().map((h) => (typeof h === "string" ? h : pyr(h))));
-    const unchained = siblings.map((k) => all[k]!.plan_hash).filter((h) => !chained.has(h)).sort();
+    const unchained = siblings.map(([, , h]) => h).filter((h) => !chained.has(h)).sort();
     if (unchained.length) {
       throw refused(`campaign ${pyr(campaign)} does not chain from the plan ${unchained[0]!.slice(0, 12)} `
                     + "this device pinned for its collection (params.earlier_hashes must name it)");

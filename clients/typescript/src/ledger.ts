@@ -305,6 +305,14 @@ export class Ledger {
     return this.copy().campaigns;
   }
 
+  /** (internal) The campaigns' (key, root, plan hash, reported) without copying them. */
+  campaignRoots(): [string, string, string, boolean][] {
+    return Object.keys(this.data.campaigns).map((k) => {
+      const e = this.data.campaigns[k]!;
+      return [k, e.root, e.plan_hash, e.report !== null && e.report !== undefined];
+    });
+  }
+
   groupOf(planHash: string): number | null {
     const g = this.data.groups[planHash];
     return g === undefined ? null : Number(g);
@@ -325,9 +333,8 @@ export class Ledger {
       }
       return;
     }
-    const data = this.copy();
-    data.campaigns[key] = { plan_hash: planHash, root, report: null, pinned_at: this.clock() };
-    await this.write(data);
+    const entry2: CampaignEntry = { plan_hash: planHash, root, report: null, pinned_at: this.clock() };
+    await this.write({ ...this.data, campaigns: { ...this.data.campaigns, [key]: entry2 } });
   }
 
   /** Store `report` as campaign `key`'s one report and charge it, in one atomic write,
@@ -340,18 +347,22 @@ export class Ledger {
     }
     const planHash = String(report["plan_hash"]);
     const group = Number(report["group"]);
-    const data = this.copy();
-    const known = data.groups[planHash] ?? (data.groups[planHash] = group);
+    const known = this.data.groups[planHash] ?? group;
     if (Number(known) !== group) {
       throw new DPMarginalsError(`plan ${planHash.slice(0, 12)} is reported in group ${known}, not ${group}`);
     }
+    // a new document sharing what is unchanged (nothing is changed in place)
+    const data: Data = { ...this.data, groups: { ...this.data.groups, [planHash]: known },
+                         campaigns: { ...this.data.campaigns, [key]: { ...entry, report: { ...report } } },
+                         charges: [...this.data.charges] };
     let memo: string | null = null;
     if (permanent !== null) {
       const [memoKey, response, longitudinal] = permanent;
       memo = memoKey;
-      if (!(memoKey in data.permanent)) data.permanent[memoKey] = { response, longitudinal };
+      if (!(memoKey in data.permanent)) {
+        data.permanent = { ...data.permanent, [memoKey]: { response, longitudinal } };
+      }
     }
-    data.campaigns[key]!.report = { ...report };
     data.charges.push({ time: this.clock(), campaign: key, epsilon, permanent: memo });
     await this.write(data);
   }
