@@ -61,40 +61,68 @@ export class FileStore implements LedgerStore {
     } catch { /* a platform that cannot fsync a folder */ }
   }
 
-  /** Exclusive across processes: a lock folder beside the file (mkdir is atomic), taken
-   *  over when the process that made it is gone; stale temporary files are removed. */
+  /** Exclusive across processes: a lock folder beside the file, made whole (with its
+   *  owner's pid) and renamed into place, which is atomic; one left by a process that is
+   *  gone (or older than a minute) is moved aside and removed.  Stale temporary files of a
+   *  writer killed mid-write are removed under the lock. */
   async lock<T>(body: () => Promise<T>): Promise<T> {
     const lock = `${this.path}.lockdir`;
     const deadline = Date.now() + this.lockTimeout * 1000;
-    for (;;) {
-      try {
-        await fs.mkdir(lock);
-        await fs.writeFile(join(lock, "pid"), String(process.pid));
-        break;
-      } catch (exc) {
-        if ((exc as NodeJS.ErrnoException).code !== "EEXIST") {
-          throw new LedgerError(`cannot lock ${this.name}: ${(exc as Error).message}`);
+    const made = async () => {
+      const dir = await fs.mkdtemp(`${this.path}.lock-`);
+      await fs.writeFile(join(dir, "pid"), String(process.pid));
+      return dir;
+    };
+    let mine = await made();
+    try {
+      for (;;) {
+        try {
+          await fs.rename(mine, lock);
+          break;
+        } catch (exc) {
+          const code = (exc as NodeJS.ErrnoException).code;
+          if (code === "ENOENT") { mine = await made(); continue; } // swept as a stale one
+          if (code !== "EEXIST" && code !== "ENOTEMPTY" && code !== "EPERM") {
+            throw new LedgerError(`cannot lock ${this.name}: ${(exc as Error).message}`);
+          }
         }
         const owner = Number(await fs.readFile(join(lock, "pid"), "utf8").catch(() => "0"));
-        if (owner && !alive(owner)) {
-          await fs.rm(lock, { recursive: true, force: true });
+        const age = Date.now() - ((await fs.stat(lock).catch(() => null))?.mtimeMs ?? Date.now());
+        if ((owner && !alive(owner)) || age > 60_000) {
+          const aside = `${lock}.stale-${randomBytes(6).toString("hex")}`;
+          if (await fs.rename(lock, aside).then(() => true, () => false)) {
+            await fs.rm(aside, { recursive: true, force: true });
+          }
           continue;
         }
         if (Date.now() > deadline) {
           throw new LedgerError(`cannot lock ${this.name}: ${lock} is held by process ${owner || "?"}`);
         }
-        await new Promise((r) => setTimeout(r, 10 + Math.floor(Math.random() * 20)));
+        await new Promise((r) => setTimeout(r, 5 + Math.floor(Math.random() * 20)));
       }
+    } catch (exc) {
+      await fs.rm(mine, { recursive: true, force: true });
+      throw exc;
     }
     try {
       const folder = dirname(this.path);
-      const prefix = `.${basename(this.path)}.`;
+      const name = basename(this.path);
       for (const entry of await fs.readdir(folder).catch(() => [] as string[])) {
-        if (entry.startsWith(prefix) && entry.endsWith(".tmp")) await fs.unlink(join(folder, entry)).catch(() => undefined);
+        const stale = (entry.startsWith(`.${name}.`) && entry.endsWith(".tmp"))
+          || entry.startsWith(`${name}.lockdir.stale-`);
+        if (stale) await fs.rm(join(folder, entry), { recursive: true, force: true });
+        else if (entry.startsWith(`${name}.lock-`)) { // a locker killed before its rename
+          const where = join(folder, entry);
+          const pid = Number(await fs.readFile(join(where, "pid"), "utf8").catch(() => "0"));
+          const age = Date.now() - ((await fs.stat(where).catch(() => null))?.mtimeMs ?? Date.now());
+          if (pid ? !alive(pid) : age > 60_000) await fs.rm(where, { recursive: true, force: true });
+        }
       }
       return await body();
-    } finally {
-      await fs.rm(lock, { recursive: true, force: true });
+    } finally { // moved aside whole first: the lock's path is never an empty folder
+      const gone = `${lock}.stale-${randomBytes(6).toString("hex")}`;
+      await fs.rename(lock, gone);
+      await fs.rm(gone, { recursive: true, force: true });
     }
   }
 }
