@@ -78,6 +78,12 @@ function valueKey(input: Input, sizes: number[]): string {
   return key.toString();
 }
 
+/** A stored report in the fields' order (a ledger keeps its keys sorted). */
+function asReport(stored: JsonObject): Report {
+  const { version, plan_hash, group, payload, report_id } = stored;
+  return { version, plan_hash, group, payload, report_id } as Report;
+}
+
 function capText(x: number): string {
   return pyFormatG(x);
 }
@@ -178,10 +184,14 @@ export class Device {
     }
   }
 
-  /** The report this device already made for the campaign, or null. */
+  /** The report this device already made for the campaign (with the ticket it was sent
+   *  with, if the ledger kept one), or null. */
   storedReport(where: { origin: string; campaign: string }): Report | null {
     const entry = this.ledger.campaign(`${where.origin}|${where.campaign}`);
-    return entry?.report ? ({ ...entry.report } as Report) : null;
+    if (!entry?.report) return null;
+    const report = asReport(entry.report);
+    if (typeof entry.ticket === "string") report["ticket"] = entry.ticket;
+    return report;
   }
 
   private inputOf(plan: Plan, g: number, record: unknown): [Format, Input] {
@@ -215,7 +225,7 @@ export class Device {
          where: { origin: string; campaign: string; group?: number | null }): Promise<Report> {
     return this.ledger.locked(async () => {
       const [checked, key, stored] = await this.acceptUnlocked(plan, where.origin, where.campaign);
-      if (stored !== null) return { ...stored } as Report;
+      if (stored !== null) return asReport(stored);
       return this.fresh(checked, key, record, where.group ?? null);
     });
   }

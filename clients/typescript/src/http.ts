@@ -273,7 +273,8 @@ export class ServiceClient {
    *  (made, charged and stored by `device`), the send; returns the report.  The device
    *  refuses (one line, nothing drawn, no assignment asked) a plan it will not report
    *  under or a report its caps cannot pay for; a campaign it already reported sends the
-   *  stored report again (a duplicate answer counts as delivered).  `assign: "local"`
+   *  stored report again with the ticket the ledger kept for it (a duplicate answer
+   *  counts as delivered).  `assign: "local"`
    *  draws the group on the device instead of taking the server's. */
   async submit(record: unknown, device: Device, { assign = "server" }: { assign?: "server" | "local" } = {}
   ): Promise<Report> {
@@ -283,16 +284,22 @@ export class ServiceClient {
     const where = { origin: this.origin, campaign: this.campaign };
     const plan = await device.accept(await this.plan(), where);
     const stored = device.storedReport(where);
-    if (stored !== null) {
+    if (stored !== null) { // sent again with the ticket it was first sent with
       await this.deliver(stored);
-      return stored;
+      const { ticket: _, ...report } = stored;
+      return report as Report;
     }
     const kept = device.ledger.groupOf(plan.hash);
     await device.checkCharge(plan, record, kept); // before asking for an assignment
     const assigned = await this.assignment(); // its ticket goes with the report
     const group = assign === "server" && kept === null ? assigned : null;
     const report = await device.report(plan, record, { ...where, group });
-    await this.deliver(report);
+    const sendable = this.ticketed(report);
+    if (typeof sendable["ticket"] === "string") { // kept before it leaves: a resend carries it
+      const ticket = sendable["ticket"];
+      await device.ledger.locked(() => device.ledger.keepTicket(`${where.origin}|${where.campaign}`, ticket));
+    }
+    await this.deliver(sendable);
     return report;
   }
 

@@ -67,8 +67,24 @@ export function hrLaw(eps: Rational, size: number): HrLaw {
   return { kind: "hr", size, K: 2 ** (32 - Math.clz32(size)), p: binaryKeep(eps) };
 }
 
-/** The oracle `name` at the exact budget `eps` (make_oracle / oracle_at). */
+const cache = new Map<string, Law | Memo>();
+
+function cached<T extends Law | Memo>(key: string, make: () => T): T {
+  let out = cache.get(key) as T | undefined;
+  if (out === undefined) {
+    out = make();
+    if (cache.size > 4096) cache.clear();
+    cache.set(key, out);
+  }
+  return out;
+}
+
+/** The oracle `name` at the exact budget `eps` (make_oracle / oracle_at), cached. */
 export function lawOf(name: string, eps: Rational, size: number): Law {
+  return cached(`${name}|${eps.n}/${eps.d}|${size}`, () => makeLaw(name, eps, size));
+}
+
+function makeLaw(name: string, eps: Rational, size: number): Law {
   if (!Number.isInteger(size) || size < 2) {
     throw new DPMarginalsError(`size must be an integer >= 2, got ${size}`);
   }
@@ -85,6 +101,11 @@ export function lawOf(name: string, eps: Rational, size: number): Law {
 /** (permanent law, instantaneous threshold) of a memoized oracle, after checking the
  *  composed law at the per-report budget (src/dpmarginals/oracles/memoized.py). */
 export function memoLaw(name: string, eps: Rational, longitudinal: Rational, size: number): Memo {
+  return cached(`${name}|${eps.n}/${eps.d}|${longitudinal.n}/${longitudinal.d}|${size}`,
+                () => makeMemo(name, eps, longitudinal, size));
+}
+
+function makeMemo(name: string, eps: Rational, longitudinal: Rational, size: number): Memo {
   if (!(MEMOIZED as readonly string[]).includes(name)) {
     throw new DPMarginalsError(`oracle '${name}' cannot be memoized (only ['grr', 'oue', 'sue'])`);
   }

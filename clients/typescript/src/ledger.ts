@@ -121,6 +121,8 @@ export interface CampaignEntry {
   root: string;
   report: JsonObject | null;
   pinned_at?: number;
+  /** the ticket the report was sent with: a resend carries it again */
+  ticket?: string;
 }
 
 interface Data {
@@ -223,7 +225,8 @@ export class Ledger {
         && typeof entry["root"] === "string"
         && (report === null || report === undefined
             || (isObject(report) && Object.keys(report).sort().join() === REPORT_KEYS.join()
-                && report["plan_hash"] === entry["plan_hash"]));
+                && report["plan_hash"] === entry["plan_hash"]))
+        && (entry["ticket"] === null || entry["ticket"] === undefined || typeof entry["ticket"] === "string");
       if (!ok) throw this.corrupt(`campaign ${pyr(key)} is malformed`);
     }
     for (const key of Object.keys(permanent)) {
@@ -365,6 +368,18 @@ export class Ledger {
     }
     data.charges.push({ time: this.clock(), campaign: key, epsilon, permanent: memo });
     await this.write(data);
+  }
+
+  /** Keep the ticket campaign `key`'s report is sent with: a later resend carries it
+   *  again, so a service that requires tickets answers that it holds the report (a
+   *  duplicate, delivered) instead of refusing a report without its ticket. */
+  async keepTicket(key: string, ticket: string): Promise<void> {
+    const entry = this.data.campaigns[key];
+    if (entry === undefined || entry.report === null || entry.report === undefined) {
+      throw new DPMarginalsError(`campaign ${pyr(key)} has no report to keep a ticket for`);
+    }
+    if (entry.ticket === ticket) return;
+    await this.write({ ...this.data, campaigns: { ...this.data.campaigns, [key]: { ...entry, ticket } } });
   }
 
   /** The raw document (a copy): for inspection and tests. */

@@ -76,8 +76,15 @@ test("submit reports once per campaign, with the assignment's ticket, and pins i
   assert.equal(Number(phone.ledger.total().n), 1);
   assert.deepEqual(Object.keys(phone.ledger.campaigns()), ["https://stats.example.org|c"]);
   assert.equal((server.posted[0] as JsonObject)["ticket"], "t0");
-  assert.equal((server.posted[1] as JsonObject)["ticket"], undefined); // the resend: no ticket left
-  assert.deepEqual(server.asked, ["GET plan", "GET assignment", "POST reports", "POST reports"]);
+  // the resend carries the ticket the ledger kept: a ticketed service answers "already
+  // stored" (a duplicate, delivered) only to a report with its ticket
+  assert.equal((server.posted[1] as JsonObject)["ticket"], "t0");
+  assert.equal(phone.ledger.campaign("https://stats.example.org|c")!.ticket, "t0");
+  const fresh = new ServiceClient("https://stats.example.org", "c", { fetch: server.fetch });
+  assert.deepEqual(await fresh.submit(RECORD, phone), first); // a new client, no ticket in hand
+  assert.equal((server.posted[2] as JsonObject)["ticket"], "t0");
+  assert.deepEqual(server.asked, ["GET plan", "GET assignment", "POST reports", "POST reports",
+                                  "GET plan", "POST reports"]);
 });
 
 test("retries: a lost connection, 503 after Retry-After, then the answer", async () => {

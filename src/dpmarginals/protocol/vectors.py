@@ -31,9 +31,9 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
-from pathlib import Path
 from collections.abc import Callable
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 import numpy as np
