@@ -4,9 +4,17 @@
 import { DPMarginalsError } from "./errors.js";
 import type { WordSource } from "./samplers.js";
 
-interface RandomValues { getRandomValues<T extends ArrayBufferView | null>(array: T): T }
+interface RandomValues {
+  getRandomValues<T extends ArrayBufferView | null>(array: T): T;
+  subtle?: SubtleCrypto;
+}
 
 let nodeFallback: RandomValues | null = null;
+
+/** (internal) node:crypto's SubtleCrypto, where the ./node entry registered it. */
+export function fallbackSubtle(): SubtleCrypto | undefined {
+  return nodeFallback?.subtle;
+}
 
 /** (internal) Node 18 without a global crypto: node:crypto's webcrypto (the ./node entry). */
 export function setNodeCrypto(c: RandomValues): void {
