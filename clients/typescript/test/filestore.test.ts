@@ -69,3 +69,28 @@ test("processes of one device never overspend: the file's lock", async () => {
   assert.equal(toNumber(ledger.total()), 0.05);
   assert.equal((ledger.document()["charges"] as unknown[]).length, 5);
 });
+
+test("without a global crypto (Node 18), the ./node entry supplies node:crypto's WebCrypto", async () => {
+  const code = `
+    Object.defineProperty(globalThis, "crypto", { value: undefined, configurable: true });
+    const main = await import(${JSON.stringify(new URL("../src/index.js", import.meta.url).href)});
+    const plans = await import(${JSON.stringify(new URL("./plans.js", import.meta.url).href)});
+    const plan = await plans.planWith();
+    const phone = await main.Device.open(null, { maxEpsilon: 1, maxTotalEpsilon: 3 });
+    let refused = "";
+    try { await phone.report(plan, plans.RECORD, { origin: "https://x", campaign: "a" }); }
+    catch (exc) { refused = exc.message; }
+    await import(${JSON.stringify(new URL("../src/node.js", import.meta.url).href)});
+    const report = await phone.report(plan, plans.RECORD, { origin: "https://x", campaign: "b" });
+    console.log(JSON.stringify({ refused, group: report.group, id: report.report_id.length }));`;
+  const out = await new Promise<string>((resolve, reject) => {
+    const child = spawn(process.execPath, ["--input-type=module", "-e", code]);
+    let text = "";
+    child.stdout.on("data", (d) => (text += d));
+    child.stderr.on("data", (d) => process.stderr.write(d));
+    child.on("exit", (c) => (c === 0 ? resolve(text) : reject(new Error(`exit ${c}`))));
+  });
+  const got = JSON.parse(out) as { refused: string; group: number; id: number };
+  assert.match(got.refused, /refuses to run without crypto\.getRandomValues/);
+  assert.equal(got.id, 32);
+});
