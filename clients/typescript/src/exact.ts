@@ -3,7 +3,6 @@
 // bound LB(x) <= e^x, and the 32-bit thresholds found by binary search on exact
 // inequalities (docs/device-spec.md §3).  Every client derives the same integers.
 import { DPMarginalsError } from "./errors.js";
-import { pyRepr } from "./pyformat.js";
 
 /** n / d with d > 0 (not necessarily in lowest terms). */
 export interface Rational { readonly n: bigint; readonly d: bigint }
@@ -63,11 +62,6 @@ export function toNumber(r: Rational): number {
   return neg ? -q : q;
 }
 
-/** The text of a budget: a float's repr, or n/d for a rational share (em). */
-export function ratText(r: Rational): string {
-  const x = toNumber(r);
-  return cmp(fromNumber(x), r) === 0 ? pyRepr(x) : `${r.n}/${r.d}`;
-}
 
 const FIXED = 192n;
 const KEPT = 128n;

@@ -3,10 +3,7 @@
 // and for a memoized plan the permanent response and the instantaneous noise on it.
 // docs/device-spec.md §3 (the formats' table) and §4 (memoization) state the words.
 import { DPMarginalsError } from "./errors.js";
-import {
-  PRIME, type Rational, WORD, WORD_N, binaryKeep, cmp, expLowerBound, fromNumber, rat,
-  ratText, toNumber,
-} from "./exact.js";
+import { PRIME, WORD_N, binaryKeep, expLowerBound, fromNumber, rat, toNumber } from "./exact.js";
 import { type Json, floatAt, isInt, isObject } from "./json.js";
 import {
   type GrrLaw, type Law, MEMOIZED, type Memo, ORACLES, type UnaryLaw, grrLaw, lawOf, memoLaw,
@@ -646,12 +643,15 @@ function hashCoefficients(plan: Plan): Json[][] {
   return listed as Json[][];
 }
 
-const formatCache = new WeakMap<Plan, Format[]>();
+const formatCache = new Map<string, Format[]>(); // by plan hash: a plan read again reuses them
 
 /** Group g's report format, from the plan alone (formats.group_oracle). */
 export function groupFormat(plan: Plan, g: number): Format {
-  let cached = formatCache.get(plan);
-  if (!cached) formatCache.set(plan, (cached = []));
+  let cached = formatCache.get(plan.hash);
+  if (!cached) {
+    if (formatCache.size >= 16) formatCache.delete(formatCache.keys().next().value!);
+    formatCache.set(plan.hash, (cached = []));
+  }
   if (cached[g]) return cached[g]!;
   const spec = plan.groups[g]!;
   const sizes = spec.attributes.map((a) => plan.domain.size(a));
@@ -694,6 +694,3 @@ export function groupFormat(plan: Plan, g: number): Format {
   cached[g] = out;
   return out;
 }
-
-/** Whether the plan's memoized law needs the composed check: exported for the tests. */
-export const _internal = { cmp, WORD, ratText, toNumber };

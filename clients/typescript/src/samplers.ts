@@ -26,7 +26,6 @@ export interface Draws {
 }
 
 const CELL = 65536;
-const FINE = 2 ** 48;
 
 /** A byte of 8 independent Bernoulli(q) bits: the tables of its exact inverse CDF. */
 export class ByteSampler {
