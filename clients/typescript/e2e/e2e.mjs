@@ -55,7 +55,8 @@ window.runRefusals = async ({ server, campaign, record }) => {
   };
   await attempt({ maxEpsilon: 1, maxTotalEpsilon: 20 }, record); // a plan above the cap
   await attempt({ maxEpsilon: 2, maxTotalEpsilon: 1 }, record); // the total cap
-  await attempt(CAPS, { ...record, sex: "unknown" }); // a record outside the domain
+  // a record outside the domain (every attribute: whichever group the device gets)
+  await attempt(CAPS, { sex: "unknown", age: -5, region: "mars", smoker: "maybe" });
   return out;
 };
 
