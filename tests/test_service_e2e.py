@@ -30,6 +30,7 @@ from dpmarginals.aggregation import synopsis_from_reports
 from dpmarginals.core.domain import Domain
 from dpmarginals.protocol.http import ServiceClient, ServiceError
 from dpmarginals.protocol.plan import GroupSpec, Plan
+from dpmarginals.protocol.reports import REPORT_KEYS
 from dpmarginals.protocol.simulate import simulate_reports
 from dpmarginals.service.store import SQLiteStore
 from dpmarginals.synopsis.base import load_synopsis
@@ -237,6 +238,32 @@ def test_a_labelled_export_goes_through_client_and_service_as_release_reads_it(t
     finally:
         code = server.stop()
     assert code == 0, server.read_log()
+
+
+def test_a_device_resends_its_stored_report_with_its_ticket(tmp_path):
+    """A ticketed campaign refuses a report without its ticket (403) and never says "already
+    stored" to one: the device's ledger keeps the ticket its report went with, so a later
+    submit (a new client, no ticket in hand: the app restarted after a lost answer) sends
+    the stored report with it, and the duplicate answer counts as delivered."""
+    from dpmarginals.protocol.device import Device
+
+    server = Server(tmp_path / "t.db")
+    try:
+        with ServiceClient(server.url, "t", token=TOKEN) as admin:
+            admin.create_campaign(_crash_plan(), {"refresh_seconds": 0})  # tickets: assigned
+        phone = Device(tmp_path / "ledger.json", max_epsilon=1.0, max_total_epsilon=5.0)
+        record = {"a": 1, "b": 2, "c": 3, "d": 4, "e": 0}
+        with ServiceClient(server.url, "t") as client:
+            first = client.submit(record, phone)
+        for _ in range(2):
+            with ServiceClient(server.url, "t") as client:
+                assert client.submit(record, phone) == first
+        assert server.get("/campaigns/t/status")["reports"] == 1
+        assert float(phone.ledger.total()) == 1.0
+        entry = phone.ledger.campaign(f"{client.origin}|t")
+        assert isinstance(entry["ticket"], str) and set(first) == REPORT_KEYS
+    finally:
+        server.stop()
 
 
 def _crash_plan() -> Plan:

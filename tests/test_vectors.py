@@ -21,7 +21,7 @@ from dpmarginals.protocol.checks import check_plan
 from dpmarginals.protocol.device import Device
 from dpmarginals.protocol.ledger import PlanRefused
 from dpmarginals.protocol.plan import Plan
-from dpmarginals.protocol.vectors import device_vectors, law_of, replay
+from dpmarginals.protocol.vectors import device_vectors, digest_line, law_of, replay
 
 FILE = Path(__file__).parent / "vectors" / "device.json"
 
@@ -35,6 +35,13 @@ def test_the_file_is_what_the_reference_generates(vectors):
     """Regenerate with `python -m dpmarginals.protocol.vectors tests/vectors/device.json`
     after a deliberate change to a sampler, a law or the plan format."""
     assert vectors == json.loads(json.dumps(device_vectors()))
+
+
+def test_the_digest_the_typescript_suite_checks_is_the_files():
+    """``device.json.sha256``, which the TypeScript suite checks too: a bit changed anywhere
+    in the file (even a word whose change leaves its report as it was) fails both."""
+    digest = FILE.with_name(FILE.name + ".sha256").read_text(encoding="utf-8")
+    assert digest == digest_line(FILE.read_text(encoding="utf-8"), FILE.name)
 
 
 def test_every_report_replays_from_its_words(vectors):

@@ -136,7 +136,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     analyst = _token_from(args.analyst_token_file, ANALYST_ENV)
     generated = admin is None
     app = create_app(args.db, admin_token=admin, analyst_token=analyst, synchronous=args.sync,
-                     limits=limits, release_processes=args.release_processes)
+                     limits=limits, release_processes=args.release_processes,
+                     allow_origins=args.allow_origin)
     store = app.state.store
     where = getattr(store, "path", None) or "PostgreSQL"
     url = f"http://{args.host}:{args.port}"
@@ -497,6 +498,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--forwarded", action="store_true",
                    help="count sources by the last X-Forwarded-For address (only behind a "
                    "proxy that sets it)")
+    p.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                   help="a web origin (https://app.example, or *) whose pages may report from "
+                   "a browser (CORS on the client endpoints: GET and POST, no credentials); "
+                   "repeat for more; default none")
     p.add_argument("--log-level", default="warning",
                    choices=("critical", "error", "warning", "info", "debug"))
     p.set_defaults(func=_cmd_serve)

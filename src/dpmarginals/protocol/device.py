@@ -217,9 +217,15 @@ class Device:
                     f"in the period + {float(charge):g} > {self.max_period_epsilon:g}")
 
     def stored_report(self, *, origin: str, campaign: str) -> dict[str, Any] | None:
-        """The report this device already made for the campaign, or None."""
+        """The report this device already made for the campaign (with the ticket it was
+        sent with, if the ledger kept one), or None."""
         entry = self.ledger.campaign(f"{origin}|{campaign}")
-        return None if entry is None or entry["report"] is None else dict(entry["report"])
+        if entry is None or entry["report"] is None:
+            return None
+        report = dict(entry["report"])
+        if entry.get("ticket") is not None:
+            report["ticket"] = entry["ticket"]
+        return report
 
     def check_charge(self, plan: Plan, record: Mapping[str, Any] | Sequence[Any] | np.ndarray,
                      group: int | None) -> None:

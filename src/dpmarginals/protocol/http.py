@@ -256,7 +256,8 @@ class ServiceClient:
 
         The device refuses (one line, nothing drawn, no assignment asked) a plan it will
         not report under or a report its caps cannot pay for.  A campaign it already
-        reported sends the stored report again (a duplicate answer counts as delivered).
+        reported sends the stored report again, with the ticket the ledger kept for it (a
+        duplicate answer counts as delivered).
         Every fresh report asks the service for an assignment, whose single-use ticket
         goes with the report; its group is taken unless the device keeps another for the
         plan, or ``assign="local"`` (a uniform draw on the device).
@@ -265,16 +266,20 @@ class ServiceClient:
             raise DPMarginalsError(f"assign must be 'server' or 'local', got {assign!r}")
         plan = device.accept(self.plan(), origin=self.origin, campaign=self.campaign)
         stored = device.stored_report(origin=self.origin, campaign=self.campaign)
-        if stored is not None:
+        if stored is not None:  # sent again with the ticket it was first sent with
             self._deliver(stored)
-            return stored
+            return {k: v for k, v in stored.items() if k != "ticket"}
         kept = device.ledger.group_of(plan.hash)
         device.check_charge(plan, record, kept)  # before asking for an assignment
         assigned = self.assignment()  # its ticket is kept for the send
         group = assigned if assign == "server" and kept is None else None
         report = device.report(plan, record, origin=self.origin, campaign=self.campaign,
                                group=group)  # type: ignore[arg-type]
-        self._deliver(report)
+        sendable = self._ticketed(report)
+        if "ticket" in sendable:  # kept before it leaves: a later resend carries it again
+            with device.ledger.locked():
+                device.ledger.keep_ticket(f"{self.origin}|{self.campaign}", sendable["ticket"])
+        self._deliver(sendable)
         return report
 
     def _deliver(self, report: Mapping[str, Any]) -> dict[str, Any]:

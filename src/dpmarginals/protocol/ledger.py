@@ -6,7 +6,9 @@ fsync, ``os.replace``, then the directory fsynced), under an exclusive lock:
 
 * **campaigns** (key ``origin|campaign id``): the plan hash the device pinned on first
   sight, the collection the campaign belongs to (its *root*: ``X`` for ``X``,
-  ``X.phase2``, ``X.phase3``, ...) and the one report it made, sent again on a retry;
+  ``X.phase2``, ``X.phase3``, ...) and the one report it made, sent again on a retry
+  with the ticket it was first sent with (a service that requires tickets answers a
+  resend without one with 403, never with "already stored");
 * **groups**: per plan hash, the group the device reports in every campaign of that plan;
 * **permanent responses**: per (family, value) -- the family names the group's
   attributes, oracle and longitudinal epsilon -- the memoized randomized response of a
@@ -186,7 +188,8 @@ class Ledger:
                     and isinstance(entry.get("root"), str)
                     and (report is None or (isinstance(report, dict)
                                             and report.keys() == _REPORT_KEYS
-                                            and report["plan_hash"] == entry["plan_hash"]))):
+                                            and report["plan_hash"] == entry["plan_hash"]))
+                    and (entry.get("ticket") is None or isinstance(entry["ticket"], str))):
                 raise self._corrupt(f"campaign {key!r} is malformed")
         for key, memo in permanent.items():
             if not (isinstance(memo, dict) and "response" in memo):
@@ -280,6 +283,19 @@ class Ledger:
         before = sum((Fraction(e["epsilon"]) for e in self._data["charges"]
                       if e.get("permanent") == permanent), Fraction(0))
         return min(before + eps, cap) - min(before, cap)
+
+    def keep_ticket(self, key: str, ticket: str) -> None:
+        """Keep the ticket campaign ``key``'s report is sent with: a later resend carries it
+        again, so a service that requires tickets answers that it holds the report (a
+        duplicate, delivered) instead of refusing a report without its ticket."""
+        entry = self._data["campaigns"].get(key)
+        if entry is None or entry["report"] is None:
+            raise DPMarginalsError(f"campaign {key!r} has no report to keep a ticket for")
+        if entry.get("ticket") == ticket:
+            return
+        data = self._copy()
+        data["campaigns"][key]["ticket"] = ticket
+        self._write(data)
 
     # -- campaigns ---------------------------------------------------------------------------
     def campaign(self, key: str) -> dict[str, Any] | None:

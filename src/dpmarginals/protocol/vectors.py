@@ -20,15 +20,20 @@ against the same words, plans and refusals:
   accepted or refused (and why), and the total charged after each.
 
 Regenerate with ``python -m dpmarginals.protocol.vectors tests/vectors/device.json``; the
-Python test fails when the file and this generator disagree.
+Python test fails when the file and this generator disagree.  The generator also writes
+``device.json.sha256`` (``sha256sum`` form, of the file with ``\n`` line ends), which both
+suites check: a bit changed anywhere fails both, even a word whose change leaves its
+report as it was (a replay alone cannot see that).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 from collections.abc import Callable
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -44,7 +49,7 @@ from .formats import group_oracle, integer_strategy
 from .plan import GroupSpec, Plan
 from .samplers import WordStream, byte_sampler
 
-__all__ = ["VECTORS_VERSION", "device_vectors", "law_of", "replay"]
+__all__ = ["VECTORS_VERSION", "device_vectors", "digest_line", "law_of", "replay"]
 
 VECTORS_VERSION = 1
 _STREAM = 96  # words per random stream: more than any small report needs
@@ -352,13 +357,20 @@ def device_vectors() -> dict[str, Any]:
     }
 
 
+def digest_line(text: str, name: str) -> str:
+    """The ``sha256sum`` line of a vectors file's text (line ends as ``\n``)."""
+    data = text.replace("\r\n", "\n").encode("utf-8")
+    return f"{hashlib.sha256(data).hexdigest()}  {name}\n"
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m dpmarginals.protocol.vectors OUT.json", file=sys.stderr)
         return 2
-    with open(argv[0], "w", encoding="utf-8") as sink:
-        json.dump(device_vectors(), sink, indent=1)
-        sink.write("\n")
+    out = Path(argv[0])
+    text = json.dumps(device_vectors(), indent=1) + "\n"
+    out.write_text(text, encoding="utf-8")
+    out.with_name(out.name + ".sha256").write_text(digest_line(text, out.name), encoding="utf-8")
     return 0
 
 

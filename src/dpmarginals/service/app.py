@@ -76,7 +76,7 @@ from .store import Campaign, Store, open_store
 from .tickets import TicketMint
 from .web import add_web_page
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "Limits", "ServiceError", "create_app"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "Limits", "ServiceError", "check_origins", "create_app"]
 
 DEFAULT_MAX_BODY_BYTES = 8 << 20
 CAMPAIGN_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
@@ -304,6 +304,7 @@ def create_app(
     store: Store | str | os.PathLike[str] | None = None, *, admin_token: str | None = None,
     analyst_token: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     synchronous: str = "full", limits: Limits | None = None, release_processes: int = 0,
+    allow_origins: tuple[str, ...] | list[str] = (),
 ) -> Any:
     """The aggregator app over ``store`` (a Store, a SQLite path or a PostgreSQL URL).
 
@@ -314,9 +315,13 @@ def create_app(
     sets the rate limits and body bounds (its ``max_body_bytes`` wins over the argument
     when given).  ``release_processes=1`` computes releases in a separate process
     (``dpmarginals serve`` does), 0 in a thread of this one.  A store given by path or URL
-    is opened here and closed when the app shuts down.
+    is opened here and closed when the app shuts down.  ``allow_origins``: the web origins
+    (``https://app.example``, or ``*``) whose pages may call the client endpoints from a
+    browser (CORS: GET and POST with a JSON body, no credentials, ``Retry-After`` readable);
+    none by default.
     """
     fa = _fastapi()
+    origins = check_origins(allow_origins)
     if limits is None:
         limits = Limits(max_body_bytes=max_body_bytes)
     owned = not isinstance(store, Store)
@@ -361,7 +366,33 @@ def create_app(
     _add_export_endpoint(app, fa, agg, guards)
     add_web_page(app)
     add_api_docs(app)
+    if origins:  # a browser page on another origin posting reports (the TypeScript client)
+        from starlette.middleware.cors import CORSMiddleware
+
+        app.add_middleware(CORSMiddleware, allow_origins=list(origins),
+                           allow_methods=["GET", "POST"], allow_headers=["Content-Type"],
+                           expose_headers=["Retry-After"], max_age=600)
     return app
+
+
+def check_origins(values: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """Web origins for CORS: ``*``, or each exactly ``scheme://host[:port]`` (lower case,
+    no path, no default port), as a browser sends it in ``Origin``."""
+    from ..protocol.http import origin_of
+
+    out = []
+    for value in values:
+        if value != "*":
+            try:
+                same = origin_of(value) == value
+            except DPMarginalsError:
+                same = False
+            if not same:
+                raise DPMarginalsError(f"--allow-origin {value!r} is not an origin: "
+                                       "scheme://host[:port], lower case, without a path "
+                                       "or a default port (or *)")
+        out.append(value)
+    return tuple(out)
 
 
 def _fastapi() -> Any:
