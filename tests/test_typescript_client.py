@@ -327,7 +327,7 @@ def browser(built: Path) -> Any:
 
 def test_chromium_reports_through_the_service_and_the_release_is_the_same(
         browser, built, tmp_path):
-    from dpmarginals.service import synopsis_from_reports
+    from dpmarginals.aggregation import synopsis_from_reports
 
     static = Static(built)
     service = Service(tmp_path, static.origin)
