@@ -12,7 +12,9 @@ per implementation:
   run by ``--peer-python`` (a separate venv: smartnoise-synth 1.0.8 pins ``mbi<2`` and,
   through smartnoise-sql, ``opendp<0.15``, against our ``mbi>=2`` and ``opendp>=0.16``);
 * **private-pgm** ``mechanisms/aim.py`` (the authors' reference), run from a checkout
-  given by ``--private-pgm DIR`` with that checkout's own ``src/mbi``.
+  given by ``--private-pgm DIR`` with that checkout's own ``src/mbi``, by
+  ``--pgm-python`` (a venv with the JAX it was written for: its mbi 1.0 fails under
+  jax 0.10 with a tracer error; jax 0.7.0, chex 0.1.90, optax, networkx, pandas<3 work).
 
 Each run is a subprocess (one per implementation and seed; the results are appended to
 ``--out`` as JSON lines, and a rerun skips what is there).  Measured per run: the workload
@@ -208,7 +210,8 @@ def drive(args: argparse.Namespace) -> None:
             setting = _setting(args, impl)
             if (impl, seed, setting) in done:
                 continue
-            python = args.peer_python if impl.startswith("smartnoise") else sys.executable
+            python = {"smartnoise-aim": args.peer_python, "smartnoise-mst": args.peer_python,
+                      "pgm-aim": args.pgm_python or sys.executable}.get(impl, sys.executable)
             if impl.startswith("smartnoise") and not python:
                 print(f"skip {impl}: no --peer-python", file=sys.stderr)
                 continue
@@ -222,7 +225,7 @@ def drive(args: argparse.Namespace) -> None:
             if args.private_pgm:
                 cmd += ["--private-pgm", args.private_pgm]
             env = dict(os.environ)
-            if impl.startswith("smartnoise"):
+            if python != sys.executable:
                 env.pop("PYTHONPATH", None)
             started = time.perf_counter()
             try:
@@ -284,6 +287,7 @@ def main() -> None:
     p.add_argument("--accountant", choices=("zcdp", "rdp"), default="rdp")
     p.add_argument("--peer-python", default=None)
     p.add_argument("--private-pgm", default=None)
+    p.add_argument("--pgm-python", default=None)
     p.add_argument("--timeout", type=float, default=4 * 3600)
     p.add_argument("--report", action="store_true")
     p.add_argument("--worker", choices=IMPLS, default=None, help=argparse.SUPPRESS)
