@@ -10,20 +10,14 @@ then have an exactly known variance (:meth:`ResidualSynopsis.measurement_std`), 
 answers are made non-negative keeping them consistent (:mod:`.residual_nonneg`).
 
 **Privacy and noise.**  ``(epsilon, delta)`` becomes the zCDP budget ``rho``
-(:func:`~.accounting.contingency_rho`).  The release is **one** OpenDP measurement:
-the records -> the vector of every residual's coefficients divided by its noise scale
-``sigma_A`` (our transformation, ``make_user_transformation``: a record added or removed
-moves it by l2 distance ``sqrt(sum_A p_A / sigma_A^2)`` for every record, with a 1e-9
-relative margin for float rounding) >> OpenDP's ``make_gaussian`` with scale ~1 at
-granularity ``2^-40`` (OpenDP's exact sampler of the discrete Gaussian on that lattice;
-its map accounts for rounding the input to the lattice).  OpenDP's privacy map of that
-chain is the rho the release records, checked to be at most the budget before the data
-is read; the Gaussian's scale is raised until it is.  Only the residual basis's
-coefficients are drawn: ``sum_A prod_{i in A} (n_i - 1)`` of them.
-
-**Counting.**  Each marginal of the closure is one ``np.bincount`` of the rows' codes
-(3-way marginals from each pair's codes, computed once per pair).  ``n`` is not published:
-the empty set's noisy residual is the noisy total.
+(:func:`~.accounting.contingency_rho`).  The release is OpenDP's composition of
+measurements of the records -> the residual coefficients divided by their noise scales
+``sigma_A`` >> OpenDP's discrete Gaussian (:mod:`.residual_measure`: one measurement, or
+``jobs`` parts over disjoint residuals measured in parallel processes).  OpenDP's privacy
+map of that composition is the rho the release records, checked to be at most the budget
+before the data is read; the Gaussian's scale is raised until it is.  Only the residual
+basis's coefficients are drawn: ``sum_A prod_{i in A} (n_i - 1)`` of them.  ``n`` is not
+published: the empty set's noisy residual is the noisy total.
 
 ``rng``: ``None`` is the private release (OpenDP's noise); a seed runs a **non-private**
 seeded simulation of the same mechanism (numpy normal noise), for tests and experiments.
@@ -59,23 +53,17 @@ from .accounting import ACCOUNTANTS, check_delta, contingency_rho, rdp_epsilon, 
 from .residual_basis import (
     Subset,
     closure,
-    helmert,
-    keep_share,
     marginal_variance,
     optimal_variances,
     reconstruct,
-    residual_coefficients,
     variance_weights,
 )
+from .residual_measure import coefficients, measure, unit_coefficients
 from .residual_nonneg import make_nonnegative
 
 __all__ = ["ResidualPlanner", "ResidualSynopsis"]
 
 POSTPROCESS = ("nonneg", "none")
-#: OpenDP's noise granularity (2^GRANULARITY): the lattice of its discrete Gaussian.
-GRANULARITY = -40
-#: Relative margin on the transformation's sensitivity for float64 rounding of the scaling.
-ROUNDING_MARGIN = 1e-9
 RANDOMNESS = "OpenDP's discrete Gaussian sampler (lattice 2^-40, zCDP), on the OS's randomness"
 
 
@@ -85,7 +73,8 @@ class ResidualPlanner:
 
     ``postprocess``: ``"nonneg"`` (default: consistent, non-negative answers) or
     ``"none"`` (the unbiased reconstruction, whose variances ``--std`` gives exactly).
-    ``max_rounds`` / ``max_seconds`` bound the non-negativity rounds.
+    ``max_rounds`` / ``max_seconds`` bound the non-negativity rounds.  ``jobs``: processes
+    that count and draw the noise (None: one for a small release, else one per core).
     """
 
     epsilon: float
@@ -96,6 +85,7 @@ class ResidualPlanner:
     postprocess: str = "nonneg"
     max_rounds: int = 100
     max_seconds: float = 60.0
+    jobs: int | None = None
     name: ClassVar[str] = "residual"
 
     def __post_init__(self) -> None:
@@ -139,14 +129,14 @@ class ResidualPlanner:
         """The public parameters: the workload, the residuals and their noise."""
         weights = self.weights(domain)
         subsets = closure(weights)
-        coefficients = sum(math.prod(domain.sizes[i] - 1 for i in a) for a in subsets)
+        count = sum(coefficients(subsets, domain.sizes))
         described = (f"all {self.k}-way marginals" if self.workload is None else
                      [[domain.attributes[i] for i in w] for w in weights])
         return Plan(self.name, self.epsilon, domain, (), {
             "k": self.k, "model": "central", "delta": self.delta, "rho": self.rho,
             "accountant": self.accountant, "workload": described,
             "loss": "sum of the workload's cell variances", "residuals": len(subsets),
-            "coefficients": int(coefficients), "postprocess": self.postprocess,
+            "coefficients": int(count), "postprocess": self.postprocess,
             "neighbouring": "add or remove one record; n is not published (the total is "
                             "the empty set's noisy residual)"})
 
@@ -159,112 +149,35 @@ class ResidualPlanner:
         weights = self.weights(domain)
         sigma2 = self.variances(domain)
         subsets = closure(weights)
-        sizes = domain.sizes
-        # scale of each coefficient: 1 / (sigma_A * Helmert norm), in one vector
-        scales = [_outer([1.0 / helmert(sizes[i])[1] for i in a]) / math.sqrt(sigma2[a])
-                  for a in subsets]
-        bounds = np.cumsum([0] + [s.size for s in scales])
-        scale = np.concatenate(scales)
-        sensitivity = math.sqrt(sum(keep_share([sizes[i] for i in a]) / sigma2[a]
-                                    for a in subsets)) * (1 + ROUNDING_MARGIN)
-
-        def transform(dataset: Dataset) -> np.ndarray:
-            out = np.empty(scale.size)
-            for j, counts in enumerate(_count_all(dataset, subsets)):
-                out[bounds[j]:bounds[j + 1]] = residual_coefficients(counts, integer=True)
-            return out * scale
-
         if rng is None:
-            noisy_unit, factor, spent = _opendp_measure(transform, data, scale.size,
-                                                        sensitivity, self.rho)
+            noisy_unit, factor, spent, parts = measure(data, subsets, sigma2, self.rho,
+                                                       self.jobs)
             sampler, seeded = "opendp", False
         else:
             gen = simulation_rng(rng)
-            noisy_unit = transform(data) + gen.normal(size=scale.size)
-            factor, spent, sampler, seeded = 1.0, None, "simulation (numpy normal)", True
+            noisy_unit = unit_coefficients(data, subsets, sigma2)
+            noisy_unit = noisy_unit + gen.normal(size=noisy_unit.size)
+            factor, spent, parts = 1.0, None, 1
+            sampler, seeded = "simulation (numpy normal)", True
         t_measured = time.perf_counter()
         # back to the orthonormal residuals: y_A = Helmert coefficients / norms
-        residuals: dict[Subset, np.ndarray] = {}
-        for j, a in enumerate(subsets):
-            part = noisy_unit[bounds[j]:bounds[j + 1]] * math.sqrt(sigma2[a])
-            residuals[a] = part
+        bounds = np.cumsum([0, *coefficients(subsets, domain.sizes)])
+        residuals = {a: noisy_unit[bounds[j]:bounds[j + 1]] * math.sqrt(sigma2[a])
+                     for j, a in enumerate(subsets)}
         used = {a: sigma2[a] * factor**2 for a in subsets}
         info: dict[str, Any] = {
             "plan_hash": plan.hash, **plan.params, "noise_sampler": sampler,
             "seeded_noise": seeded, "privacy_map_rho": spent,
             "epsilon_certified": None if spent is None else (
                 rdp_epsilon if self.accountant == "rdp" else zcdp_epsilon)(spent, self.delta),
-            "measure_seconds": t_measured - clock}
+            "measure_seconds": t_measured - clock, "opendp_parts": parts}
         if self.postprocess == "nonneg":
-            info.update(make_nonnegative(residuals, list(weights), sizes,
+            info.update(make_nonnegative(residuals, list(weights), domain.sizes,
                                          max_rounds=self.max_rounds,
                                          max_seconds=self.max_seconds))
         info["seconds"] = time.perf_counter() - clock
         return ResidualSynopsis(domain, residuals, used, [tuple(w) for w in weights],
                                 self.name, info)
-
-
-def _outer(vectors: Sequence[np.ndarray]) -> np.ndarray:
-    """The flattened outer product of ``vectors`` (``[1.0]`` for none)."""
-    out = np.ones(1)
-    for v in vectors:
-        out = np.multiply.outer(out, v).ravel()
-    return out
-
-
-def _opendp_measure(transform: Any, data: Dataset, size: int, sensitivity: float,
-                    rho: float) -> tuple[np.ndarray, float, float]:
-    """Apply OpenDP's measurement; returns (noisy unit-scaled vector, the Gaussian's scale,
-    the rho OpenDP's map certifies)."""
-    from ..core.extras import require
-
-    dp = require("opendp.prelude", extra="central", what="residual (OpenDP's Gaussian)")
-    dp.enable_features("contrib", "honest-but-curious")
-    space = dp.vector_domain(dp.atom_domain(T=float, nan=False), size=size)
-    l2 = dp.l2_distance(T=float)
-    records = dp.user_domain("DPMarginalsDataset", lambda x: isinstance(x, Dataset))
-    to_vector = dp.t.make_user_transformation(
-        records, dp.symmetric_distance(), space, l2,
-        function=transform,
-        stability_map=lambda d_in: math.nextafter(d_in * sensitivity, math.inf))
-
-    def make(s: float) -> Any:
-        return to_vector >> dp.m.make_gaussian(space, l2, scale=s, k=GRANULARITY)
-
-    factor = 1.0
-    meas = make(factor)
-    factor = max(1.0, math.sqrt(float(meas.map(1)) / rho))
-    meas = make(factor)
-    while float(meas.map(1)) > rho:
-        factor *= 1 + 1e-12
-        meas = make(factor)
-    spent = float(meas.map(1))
-    return np.asarray(meas(data), dtype=np.float64), factor, spent
-
-
-def _count_all(data: Dataset, subsets: Sequence[Subset]) -> Any:
-    """The count tables of ``subsets`` (in order), by ``np.bincount``; 3-way tables from
-    each pair's codes, computed once per pair."""
-    codes = data.codes
-    sizes = data.domain.sizes
-    n = codes.shape[0]
-    pair: tuple[Subset, np.ndarray] | None = None
-    for a in subsets:
-        if not a:
-            yield np.asarray(float(n))
-            continue
-        shape = tuple(sizes[i] for i in a)
-        if len(a) == 1:
-            index = codes[:, a[0]]
-        elif len(a) == 2:
-            index = codes[:, a[0]].astype(np.int64) * sizes[a[1]] + codes[:, a[1]]
-        else:
-            if pair is None or pair[0] != a[:-1]:
-                prefix = np.ravel_multi_index([codes[:, i] for i in a[:-1]],
-                                              shape[:-1]).astype(np.int64)
-                pair = (a[:-1], prefix)
-            index = pair[1] * sizes[a[-1]] + codes[:, a[-1]]
-        yield np.bincount(index, minlength=math.prod(shape)).reshape(shape)
 
 
 @dataclass(eq=False)

@@ -25,6 +25,7 @@ marginals is reached in two steps, each keeping that property:
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Sequence
@@ -57,7 +58,8 @@ def make_nonnegative(residuals: dict[Subset, np.ndarray], workload: Sequence[Sub
     module docstring); returns how it went (rounds, the mixing weight, seconds)."""
     start = time.perf_counter()
     workload = [tuple(sorted(w)) for w in workload]
-    subsets = {w: [a for a in residuals if set(a) <= set(w)] for w in workload}
+    subsets = {w: [a for r in range(len(w) + 1) for a in itertools.combinations(w, r)
+                   if a in residuals] for w in workload}
     weight: dict[Subset, float] = {}
     for w in workload:
         for a in subsets[w]:
@@ -68,6 +70,8 @@ def make_nonnegative(residuals: dict[Subset, np.ndarray], workload: Sequence[Sub
         delta: dict[Subset, np.ndarray] = {}
         changed = 0
         for w in workload:
+            if time.perf_counter() - start > max_seconds:  # a wide workload's round is long
+                break
             x = reconstruct(w, residuals, sizes)
             if x.min() >= -tol * max(total, 1.0):
                 continue
