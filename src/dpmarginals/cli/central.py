@@ -1,8 +1,9 @@
 """The ``dpmarginals central`` command: DP k-tuple extraction from sparse records.
 
-``register(subparsers)`` adds the subcommand to the ``dpmarginals`` parser; errors a user
-can cause raise :class:`~dpmarginals.core.errors.DPMarginalsError` (printed on one line by the
-CLI) or are argparse usage errors (one line as well).
+``CENTRAL`` is the subcommand as data (:mod:`.spec`); ``register(subparsers)`` adds it to
+the ``dpmarginals`` parser.  Errors a user can cause raise
+:class:`~dpmarginals.core.errors.DPMarginalsError` (printed on one line by the CLI) or are
+argparse usage errors (one line as well).
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from .argtypes import number_in, validated
 from .argtypes import open_fraction as _open_fraction
 from .argtypes import positive_int as _positive_int
 from .argtypes import seed as _seed
+from .spec import Command, add_command, arg
 
-__all__ = ["register"]
+__all__ = ["CENTRAL", "register"]
 
 _DESCRIPTION = """\
 Extract, under (epsilon, delta)-differential privacy, the k-tuples (k = 1..T) of
@@ -37,50 +39,6 @@ fraction of them that no record holds (spurious)."""
 
 _delta = validated(check_delta)
 _percent = number_in(0.0, 100.0, high_open=False)
-
-
-def register(subparsers: Any) -> argparse.ArgumentParser:
-    """Add ``central`` to the CLI's subparsers (``parser.add_subparsers(...)``)."""
-    p = subparsers.add_parser(
-        "central", help="central DP: frequent k-tuples of sparse records (DP marginals)",
-        description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--data", required=True,
-                   help="data file (transactional, CSV or Parquet) or data set name")
-    p.add_argument("--data-home", default=None,
-                   help="directory of the named data sets (default: $DPMARGINALS_DATA, "
-                   "then the user cache)")
-    p.add_argument("--epsilon", type=_epsilon, required=True, help="privacy budget epsilon > 0")
-    p.add_argument("--delta", type=_delta, required=True,
-                   help="privacy parameter delta, below 1/n (n = number of records)")
-    p.add_argument("--max-k", type=_positive_int, required=True, metavar="T",
-                   help="largest tuple size to extract (1 <= T <= the longest record)")
-    p.add_argument("--eta", type=_open_fraction, default=0.1,
-                   help="target fraction of spurious tuples (default 0.1)")
-    p.add_argument("--percentile", type=_percent, default=99.0, metavar="Q",
-                   help="percentile of per-user tuple counts used as contribution bound "
-                   "(default 99)")
-    p.add_argument("--accountant", choices=ACCOUNTANTS, default="zcdp",
-                   help="zcdp: Theorem 1.1, corrected (default); rdp: Google dp-accounting's "
-                   "tighter conversion and bounded-range percentiles (less noise)")
-    p.add_argument("--no-spurious", action="store_true",
-                   help="Remark 1.1's variant: never output a tuple no record holds "
-                   "(higher thresholds)")
-    p.add_argument("--max-contribution", type=_positive_int, default=1000,
-                   help="largest contribution bound Delta_k the percentile may pick "
-                   "(default 1000)")
-    p.add_argument("--seed", type=_seed, default=None,
-                   help="NON-PRIVATE reproducible simulation with this seed (default: a "
-                   "private release with OpenDP noise)")
-    p.add_argument("--engine", choices=("numpy", "duckdb", "spark"), default="numpy",
-                   help="where the counting passes run: numpy in memory (default), duckdb "
-                   "(out of core) or spark (the spark extra; local[*] unless a session is "
-                   "active)")
-    p.add_argument("--out", default=None, help="save the release (tuples, counts) as JSON")
-    p.add_argument("--json", action="store_true",
-                   help="print one JSON object (keys found, spurious_fraction, seconds, ...)")
-    p.set_defaults(func=_cmd_central)
-    return p
 
 
 def _cmd_central(args: argparse.Namespace) -> int:
@@ -184,3 +142,51 @@ def _check_against_data(max_k: int, delta: float, records: Any) -> None:
 
 def _finite(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
+
+
+CENTRAL = Command(
+    "central", help="central DP: frequent k-tuples of sparse records (DP marginals)",
+    run=_cmd_central, description=_DESCRIPTION,
+    parser_options={"formatter_class": argparse.RawDescriptionHelpFormatter},
+    args=(
+        arg("--data", required=True,
+            help="data file (transactional, CSV or Parquet) or data set name"),
+        arg("--data-home", default=None,
+            help="directory of the named data sets (default: $DPMARGINALS_DATA, "
+            "then the user cache)"),
+        arg("--epsilon", type=_epsilon, required=True, help="privacy budget epsilon > 0"),
+        arg("--delta", type=_delta, required=True,
+            help="privacy parameter delta, below 1/n (n = number of records)"),
+        arg("--max-k", type=_positive_int, required=True, metavar="T",
+            help="largest tuple size to extract (1 <= T <= the longest record)"),
+        arg("--eta", type=_open_fraction, default=0.1,
+            help="target fraction of spurious tuples (default 0.1)"),
+        arg("--percentile", type=_percent, default=99.0, metavar="Q",
+            help="percentile of per-user tuple counts used as contribution bound "
+            "(default 99)"),
+        arg("--accountant", choices=ACCOUNTANTS, default="zcdp",
+            help="zcdp: Theorem 1.1, corrected (default); rdp: Google dp-accounting's "
+            "tighter conversion and bounded-range percentiles (less noise)"),
+        arg("--no-spurious", action="store_true",
+            help="Remark 1.1's variant: never output a tuple no record holds "
+            "(higher thresholds)"),
+        arg("--max-contribution", type=_positive_int, default=1000,
+            help="largest contribution bound Delta_k the percentile may pick "
+            "(default 1000)"),
+        arg("--seed", type=_seed, default=None,
+            help="NON-PRIVATE reproducible simulation with this seed (default: a "
+            "private release with OpenDP noise)"),
+        arg("--engine", choices=("numpy", "duckdb", "spark"), default="numpy",
+            help="where the counting passes run: numpy in memory (default), duckdb "
+            "(out of core) or spark (the spark extra; local[*] unless a session is "
+            "active)"),
+        arg("--out", default=None, help="save the release (tuples, counts) as JSON"),
+        arg("--json", action="store_true",
+            help="print one JSON object (keys found, spurious_fraction, seconds, ...)"),
+    ),
+)
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``central`` to the CLI's subparsers (``parser.add_subparsers(...)``)."""
+    return add_command(subparsers, CENTRAL)

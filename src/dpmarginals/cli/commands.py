@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import __version__
 from ..central.accounting import check_delta
 from ..core.errors import DPMarginalsError
 from ..synopsis.stderr import INTERACTION_DECAY, REPLICATES
@@ -25,7 +26,12 @@ from .argtypes import epsilon as _epsilon
 from .argtypes import open_fraction as _fraction
 from .argtypes import positive_int as _positive_int
 from .argtypes import seed as _seed
+from .central import CENTRAL
+from .engines import ESTIMATE
+from .experiments import COMMANDS as EXPERIMENT_COMMANDS
 from .plans import longitudinal as _longitudinal
+from .service import COMMANDS as SERVICE_COMMANDS
+from .spec import Command, Later, add_commands, arg
 
 __all__ = ["main"]
 
@@ -507,24 +513,24 @@ def _cmd_release(args: argparse.Namespace) -> int:
 #: AIM's and MST's options (``release`` and ``run``), passed on only when given.
 _CENTRAL_OPTIONS = ("max_model_size", "rounds", "iters")
 
-
-def _add_central_options(p: argparse.ArgumentParser) -> None:
-    """``--model``, ``--delta`` and AIM's cost caps."""
-    p.add_argument("--model", choices=("local", "central"), default=None,
-                   help="local: every person randomizes her own record (methods calm, ...); "
-                   "central: a curator holds the table (aim, mst, priview, residual); default: the "
-                   "method's own")
-    p.add_argument("--delta", type=_delta, default=None,
-                   help="aim, mst, residual: the delta of (epsilon, delta)-DP, well below 1/n "
-                   "(e.g. 1e-9); the other methods are pure epsilon-DP and take none")
-    p.add_argument("--max-model-size", type=_positive_float, default=None, metavar="MB",
-                   help="aim: cap on the graphical model's junction tree in MB (default 80, "
-                   "the AIM paper's; smaller is faster)")
-    p.add_argument("--rounds", type=_positive_int, default=None,
-                   help="aim: the round budget T (default 16 d, the paper's)")
-    p.add_argument("--iters", type=_positive_int, default=None,
-                   help="aim, mst: mirror-descent steps per model fit, warm-started (default 250; "
-                   "the AIM paper's code: 1000)")
+#: ``--model``, ``--delta`` and AIM's cost caps (``release`` and ``run``).
+_CENTRAL_ARGS = (
+    arg("--model", choices=("local", "central"), default=None,
+        help="local: every person randomizes her own record (methods calm, ...); "
+        "central: a curator holds the table (aim, mst, priview, residual); default: the "
+        "method's own"),
+    arg("--delta", type=_delta, default=None,
+        help="aim, mst, residual: the delta of (epsilon, delta)-DP, well below 1/n "
+        "(e.g. 1e-9); the other methods are pure epsilon-DP and take none"),
+    arg("--max-model-size", type=_positive_float, default=None, metavar="MB",
+        help="aim: cap on the graphical model's junction tree in MB (default 80, "
+        "the AIM paper's; smaller is faster)"),
+    arg("--rounds", type=_positive_int, default=None,
+        help="aim: the round budget T (default 16 d, the paper's)"),
+    arg("--iters", type=_positive_int, default=None,
+        help="aim, mst: mirror-descent steps per model fit, warm-started (default 250; "
+        "the AIM paper's code: 1000)"),
+)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -534,240 +540,262 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-# -- parser ---------------------------------------------------------------------------
+# -- the commands ---------------------------------------------------------------------
 #: calm-pgm's limits on its graphical-model fit (``dpmarginals.inference.pgm_cost``).
 FIT_LIMITS = ("max_fit_seconds", "max_fit_memory_mb")
 
+_above_zero = number_in(0.0, float("inf"), high_open=False)
+_FIT_LIMIT_ARGS = (
+    arg("--max-fit-seconds", type=_above_zero, default=None, metavar="S",
+        help="calm-pgm (or calm --inference pgm): the graphical-model fit's limit "
+        "in predicted CPU seconds (default 30); the weakest marginals are modelled "
+        "through their sub-marginals to stay within it, and a fit that cannot is "
+        "refused before it starts"),
+    arg("--max-fit-memory-mb", type=_above_zero, default=None, metavar="MB",
+        help="calm-pgm: the same for the fit's predicted memory (default 4096)"),
+)
 
-def _add_fit_limits(p: argparse.ArgumentParser) -> None:
-    above_zero = number_in(0.0, float("inf"), high_open=False)
-    p.add_argument("--max-fit-seconds", type=above_zero, default=None, metavar="S",
-                   help="calm-pgm (or calm --inference pgm): the graphical-model fit's limit "
-                   "in predicted CPU seconds (default 30); the weakest marginals are modelled "
-                   "through their sub-marginals to stay within it, and a fit that cannot is "
-                   "refused before it starts")
-    p.add_argument("--max-fit-memory-mb", type=above_zero, default=None, metavar="MB",
-                   help="calm-pgm: the same for the fit's predicted memory (default 4096)")
+
+def _with_methods(text: str) -> Later:
+    """``text`` followed by the methods' names, listed when the parser is built (listing
+    them imports every method)."""
+    def names() -> str:
+        from ..methods import available
+
+        return text + ", ".join(available())
+
+    return Later(names)
+
+
+DEMO = Command(
+    "demo", help="a local-DP release end to end on the built-in data set", run=_cmd_demo,
+    description="Run CALM on the built-in real survey data set (no files "
+    "needed) and print true vs. estimated marginal cells.",
+    args=(
+        arg("--epsilon", type=_epsilon, default=1.0, help="privacy budget (default 1.0)"),
+        arg("--k", type=_positive_int, default=2, help="marginal size shown (default 2)"),
+        arg("--seed", type=_seed, default=None,
+            help="make the run a reproducible simulation with this seed (default: "
+            "every user's randomness comes from the OS's secure source)"),
+    ),
+)
+
+RELEASE = Command(
+    "release", help="a private release of a CSV/Parquet table of people", run=_cmd_release,
+    description="Make a private release. Local model (default): every row "
+    "is one person, whose record is randomized on the per-user path with the "
+    "operating system's secure randomness. Central model (--model central): "
+    "a curator holds the table and publishes noisy marginals: AIM (default) "
+    "or MST, (epsilon, delta)-DP through OpenDP, or PriView. No seed: for "
+    "simulations use `run`. The file is marked private with its model, "
+    "method, epsilon (and delta), unit of privacy and domain.",
+    epilog="Example: dpmarginals release adult.csv --domain "
+    "adult-domain.json --model central --method aim --epsilon 1 --delta "
+    "1e-9 --out r.json",
+    args=(
+        arg("data", help="CSV (plain or compressed) or Parquet file, one row per person"),
+        arg("--domain", default=None, metavar="DOMAIN.json",
+            help="the public domain: {\"attr\": size}, {\"attr\": [\"a\", \"b\"]} or "
+            "{\"attr\": {\"bins\": [0, 18, 65], \"other\": true}}; required unless "
+            "--domain-from-data"),
+        arg("--domain-from-data", action="store_true",
+            help="read the domain off the data (it is then published: a privacy leak)"),
+        arg("--ignore-extra-columns", action="store_true",
+            help="drop data columns the domain does not name (default: refuse)"),
+        arg("--method", default=None, metavar="METHOD",
+            help=_with_methods("release method (default auto: calm, calm-pgm or adaptive, "
+                               "chosen from the domain, n, epsilon and k, recorded in the "
+                               "file; aim with --model central): ")),
+        arg("--epsilon", type=_epsilon, required=True, help="privacy budget"),
+        *_CENTRAL_ARGS,
+        arg("--k", type=_positive_int, default=3,
+            help="size of the marginals to answer well (default 3; aim's workload: "
+            "all k-way marginals)"),
+        arg("--theta", type=_fraction, default=None, help="CALM's theta (default 0.001)"),
+        arg("--m", type=_positive_int, default=None, help="override the number of marginals"),
+        arg("--l", type=_positive_int, default=None, help="override the marginal size"),
+        arg("--oracle", default=None, help="adaptive (default), best, grr, oue, olh or hr"),
+        arg("--inference", default=None, help="consistency (default) or pgm"),
+        arg("--postprocess", choices=("none", "norm_sub"), default=None,
+            help="ft, am and marg_*: make each table a distribution (norm_sub, the "
+            "default here) or publish the raw unbiased estimates (none)"),
+        *_FIT_LIMIT_ARGS,
+        arg("--out", required=True, metavar="RELEASE.json", help="where to save it"),
+    ),
+)
+
+DATASETS = Command(
+    "datasets", help="list the data sets and whether they are available", run=_cmd_datasets,
+    description="List the data sets `--dataset` accepts.",
+    args=(
+        arg("--data-home", default=None,
+            help="data directory (default: $DPMARGINALS_DATA, then the user cache)"),
+        arg("--json", action="store_true", help="print JSON records"),
+        arg("--export", default=None, metavar="NAME",
+            help="write data set NAME as a CSV of its values (--out) and its domain "
+            "JSON beside it (FILE-domain.json), e.g. to try `release` on it"),
+        arg("--out", default=None, metavar="FILE.csv", help="with --export: the CSV"),
+    ),
+)
+
+PLAN = Command(
+    "plan", help="CALM's choice of marginal size l and count m (Alg. 1)", run=_cmd_plan,
+    description="Choose CALM's marginal size l and number m of marginals "
+    "from the error analysis (CALM §4.3, Algorithm 1).",
+    args=(
+        arg("--n", type=_positive_int, required=True, help="number of users"),
+        arg("--d", type=_positive_int, default=None, help="number of attributes"),
+        arg("--k", type=_positive_int, default=None,
+            help="marginal size to answer (not with --workload)"),
+        arg("--epsilon", type=_epsilon, required=True, help="privacy budget"),
+        arg("--theta", type=_fraction, default=1e-3,
+            help="target reconstruction error (default 0.001, as in the paper)"),
+        arg("--values-per-attribute", type=_positive_int, default=None, metavar="C",
+            help="values of each attribute (default 2: binary)"),
+        arg("--workload", default=None, metavar="FILE",
+            help="choose (l, m) and the oracle for this workload (JSON: a list of "
+            "attribute lists, or {\"k\": 3}) by its predicted error"),
+        arg("--domain", default=None, metavar="FILE",
+            help="with --workload or --out: domain JSON naming the attributes "
+            "({\"attr\": size})"),
+        arg("--public", default=None, metavar="DATASET",
+            help="with --workload: a public or synthetic data set (name or CSV/Parquet) "
+            "to measure reconstruction error instead of charging theta"),
+        arg("--oracles", default=None,
+            help="with --workload: candidate oracles (default grr,oue,olh,hr)"),
+        arg("--max-report-bits", type=_positive_int, default=None, metavar="B",
+            help="with --workload: only oracles whose report fits in B bits"),
+        arg("--out", default=None, metavar="PLAN.json",
+            help="write the campaign's plan (for `campaign create --plan` or an "
+            "offline `client --plan`); needs --domain (and --k, or --workload)"),
+        arg("--single-phase", action="store_true",
+            help="with --out and --method auto: the campaign cannot run in phases "
+            "(auto then plans CALM's collection)"),
+        arg("--method", default="auto",
+            help="with --out: the method that builds the plan (default auto: the "
+            "adaptive method's phase 1, or CALM's plan with --single-phase, chosen from "
+            "the domain, n, epsilon and k; calm; adaptive: "
+            "phase 1 of an adaptive collection in phases, see `campaign next-phase`)"),
+        arg("--optimal", action="store_true",
+            help="error-optimal planning at any n: the plan of least predicted noise + "
+            "sampling + reconstruction error, with --public DATASET or --prior"),
+        arg("--prior", default=None, metavar="2=E2,3=E3",
+            help="with --optimal: the mean interaction energy of each order (squared "
+            "distance of a marginal from the max-entropy table of its sub-marginals)"),
+        arg("--oracle", default=None,
+            help="with --out: CALM's oracle choice (default adaptive)"),
+        arg("--longitudinal-epsilon", type=_longitudinal, default="auto",
+            metavar="EPS|auto|none",
+            help="with --out: what any number of reports of an unchanged value may "
+            "reveal (devices keep a permanent response and noise it afresh for each "
+            "report); auto (default): 4 x --epsilon where the plan's groups can be "
+            "memoized; none: every report is charged in full"),
+        arg("--json", action="store_true", help="print one JSON object"),
+    ),
+)
+
+RUN = Command(
+    "run", help="simulate a release on a data set and measure its error", run=_cmd_run,
+    description="Run a release with every row as one user, answer random "
+    "k-way marginals, and report their SSE (CALM §5.1) and total variation "
+    "distance next to the Uniform baseline. sse_std is the standard "
+    "deviation of the per-query SSE over all queries and runs.",
+    args=(
+        arg("--dataset", required=True,
+            help="a data set name (see `dpmarginals datasets`) or a CSV/Parquet file"),
+        arg("--domain", default=None,
+            help="domain JSON for a CSV/Parquet file (as for `release`); without it "
+            "the domain is read off the data, with a warning"),
+        arg("--d", type=_positive_int, default=None, help="keep the first d attributes"),
+        arg("--n", type=_positive_int, default=None,
+            help="sample n users with replacement (default: every row once)"),
+        arg("--method", default=None, metavar="METHOD",
+            help=_with_methods("release method (default calm, or aim with --model "
+                               "central): ")),
+        arg("--epsilon", type=_epsilon, required=True, help="privacy budget"),
+        *_CENTRAL_ARGS,
+        arg("--k", type=_positive_int, required=True, help="marginal size"),
+        arg("--theta", type=_fraction, default=None, help="CALM's theta (default 0.001)"),
+        arg("--m", type=_positive_int, default=None, help="override the number of marginals"),
+        arg("--l", type=_positive_int, default=None, help="override the marginal size"),
+        arg("--oracle", default=None,
+            help="adaptive (default), best, grr, oue, olh or hr"),
+        arg("--inference", default=None,
+            help="how the noisy marginals become answers: pgm (shrinkage + a graphical "
+            "model, needs the 'pgm' extra) for calm, am, marg_rr, marg_ps and marg_ht; "
+            "default consistency (calm) or views (the others)"),
+        arg("--postprocess", choices=("none", "norm_sub"), default=None,
+            help="ft, am and marg_*: raw unbiased estimates (none, the papers' "
+            "default: cells may be negative, so TVD can exceed 1) or distributions "
+            "(norm_sub)"),
+        *_FIT_LIMIT_ARGS,
+        arg("--per-user", action="store_true",
+            help="randomize every user's record (slower) instead of sampling the "
+            "aggregate counts from their exact distribution"),
+        arg("--queries", type=_positive_int, default=50, help="random queries (default 50)"),
+        arg("--repeats", type=_positive_int, default=1, help="independent runs (default 1)"),
+        arg("--seed", type=_seed, default=0, help="simulation seed (default 0)"),
+        arg("--simulation", action="store_true",
+            help="with --out: yes, save this seeded simulation (marked not private)"),
+        arg("--out", default=None,
+            help="save the (last) synopsis as JSON (needs --simulation; for a private "
+            "release use `dpmarginals release`)"),
+        arg("--json", action="store_true", help="print one JSON object"),
+    ),
+)
+
+QUERY = Command(
+    "query", help="answer a marginal from a saved synopsis", run=_cmd_query,
+    description="Answer one marginal from a release (or a simulation "
+    "saved by `run --simulation --out`), with the data's own values, and "
+    "say whether it was measured or reconstructed, and under which privacy "
+    "guarantee. On a k-tuple release of `central`, --attributes lists the "
+    "extracted tuples over those columns with their noisy counts, and "
+    "--tuple gives one tuple's count (or says it was not extracted).",
+    epilog="Examples: dpmarginals query r.json --attributes age,sex,income; "
+    "dpmarginals query k.json --tuple 3,17 (items of a transactional "
+    "release) or --tuple color=red,size=M (a table's values)",
+    args=(
+        arg("synopsis", help="release or synopsis JSON file"),
+        arg("--attributes", default=None, help="comma-separated attribute names"),
+        arg("--tuple", default=None, metavar="ITEM,ITEM",
+            help="k-tuple releases: the noisy count of this tuple (items: a "
+            "transactional file's item ids, or COLUMN=VALUE of a table)"),
+        arg("--format", choices=("table", "csv", "json"), default="table"),
+        arg("--std", action="store_true",
+            help="add per-cell standard errors (analytic for a marginal inside one "
+            "collected marginal, scaled by how much Norm-Sub's clipping removes, "
+            "which a parametric bootstrap of the release measures; else that "
+            "bootstrap: seconds on a 48-group plan, a progress bar on a terminal) "
+            "and a nominal 95%% interval (lower, upper) that covers this "
+            "query, not only queries on average: for a reconstructed marginal it "
+            "spans every value the measured tables allow, and a note says so"),
+        arg("--replicates", type=_positive_int, default=REPLICATES,
+            help=f"bootstrap replicates for --std (default {REPLICATES})"),
+        arg("--public", default=None, metavar="DATASET",
+            help="with --std: a public or synthetic data set (name, or CSV/Parquet "
+            "over the synopsis's domain) telling how fast interactions fade with their "
+            "order, for the interactions no report measured (default: an assumed "
+            f"ratio of {INTERACTION_DECAY:g} per order)"),
+    ),
+)
+
+#: Every subcommand, in the order ``dpmarginals --help`` lists them.
+COMMANDS = (DEMO, RELEASE, DATASETS, PLAN, RUN, CENTRAL, *SERVICE_COMMANDS, ESTIMATE,
+            *EXPERIMENT_COMMANDS, QUERY)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``dpmarginals`` parser: its ``--version`` and :data:`COMMANDS`."""
     parser = OneLineParser(
         prog="dpmarginals",
         description="Release marginal tables of multi-attribute data under differential "
         "privacy (CALM and the methods it is compared with).",
         epilog="Start with `dpmarginals demo`; `dpmarginals COMMAND --help` explains each command.",
     )
-    from .. import __version__
-
     parser.add_argument("--version", action="version", version=f"dpmarginals {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
-
-    p = sub.add_parser("demo", help="a local-DP release end to end on the built-in data set",
-                       description="Run CALM on the built-in real survey data set (no files "
-                       "needed) and print true vs. estimated marginal cells.")
-    p.add_argument("--epsilon", type=_epsilon, default=1.0, help="privacy budget (default 1.0)")
-    p.add_argument("--k", type=_positive_int, default=2, help="marginal size shown (default 2)")
-    p.add_argument("--seed", type=_seed, default=None,
-                   help="make the run a reproducible simulation with this seed (default: "
-                   "every user's randomness comes from the OS's secure source)")
-    p.set_defaults(func=_cmd_demo)
-
-    from ..methods import available as _methods
-
-    methods = ", ".join(_methods())
-    p = sub.add_parser("release", help="a private release of a CSV/Parquet table of people",
-                       description="Make a private release. Local model (default): every row "
-                       "is one person, whose record is randomized on the per-user path with the "
-                       "operating system's secure randomness. Central model (--model central): "
-                       "a curator holds the table and publishes noisy marginals: AIM (default) "
-                       "or MST, (epsilon, delta)-DP through OpenDP, or PriView. No seed: for "
-                       "simulations use `run`. The file is marked private with its model, "
-                       "method, epsilon (and delta), unit of privacy and domain.",
-                       epilog="Example: dpmarginals release adult.csv --domain "
-                       "adult-domain.json --model central --method aim --epsilon 1 --delta "
-                       "1e-9 --out r.json")
-    p.add_argument("data", help="CSV (plain or compressed) or Parquet file, one row per person")
-    p.add_argument("--domain", default=None, metavar="DOMAIN.json",
-                   help="the public domain: {\"attr\": size}, {\"attr\": [\"a\", \"b\"]} or "
-                   "{\"attr\": {\"bins\": [0, 18, 65], \"other\": true}}; required unless "
-                   "--domain-from-data")
-    p.add_argument("--domain-from-data", action="store_true",
-                   help="read the domain off the data (it is then published: a privacy leak)")
-    p.add_argument("--ignore-extra-columns", action="store_true",
-                   help="drop data columns the domain does not name (default: refuse)")
-    p.add_argument("--method", default=None, metavar="METHOD",
-                   help="release method (default auto: calm, calm-pgm or adaptive, chosen from "
-                   "the domain, n, epsilon and k, recorded in the file; aim with --model "
-                   f"central): {methods}")
-    p.add_argument("--epsilon", type=_epsilon, required=True, help="privacy budget")
-    _add_central_options(p)
-    p.add_argument("--k", type=_positive_int, default=3,
-                   help="size of the marginals to answer well (default 3; aim's workload: "
-                   "all k-way marginals)")
-    p.add_argument("--theta", type=_fraction, default=None, help="CALM's theta (default 0.001)")
-    p.add_argument("--m", type=_positive_int, default=None, help="override the number of marginals")
-    p.add_argument("--l", type=_positive_int, default=None, help="override the marginal size")
-    p.add_argument("--oracle", default=None, help="adaptive (default), best, grr, oue, olh or hr")
-    p.add_argument("--inference", default=None, help="consistency (default) or pgm")
-    p.add_argument("--postprocess", choices=("none", "norm_sub"), default=None,
-                   help="ft, am and marg_*: make each table a distribution (norm_sub, the "
-                   "default here) or publish the raw unbiased estimates (none)")
-    _add_fit_limits(p)
-    p.add_argument("--out", required=True, metavar="RELEASE.json", help="where to save it")
-    p.set_defaults(func=_cmd_release)
-
-    p = sub.add_parser("datasets", help="list the data sets and whether they are available",
-                       description="List the data sets `--dataset` accepts.")
-    p.add_argument("--data-home", default=None,
-                   help="data directory (default: $DPMARGINALS_DATA, then the user cache)")
-    p.add_argument("--json", action="store_true", help="print JSON records")
-    p.add_argument("--export", default=None, metavar="NAME",
-                   help="write data set NAME as a CSV of its values (--out) and its domain "
-                   "JSON beside it (FILE-domain.json), e.g. to try `release` on it")
-    p.add_argument("--out", default=None, metavar="FILE.csv", help="with --export: the CSV")
-    p.set_defaults(func=_cmd_datasets)
-
-    p = sub.add_parser("plan", help="CALM's choice of marginal size l and count m (Alg. 1)",
-                       description="Choose CALM's marginal size l and number m of marginals "
-                       "from the error analysis (CALM §4.3, Algorithm 1).")
-    p.add_argument("--n", type=_positive_int, required=True, help="number of users")
-    p.add_argument("--d", type=_positive_int, default=None, help="number of attributes")
-    p.add_argument("--k", type=_positive_int, default=None,
-                   help="marginal size to answer (not with --workload)")
-    p.add_argument("--epsilon", type=_epsilon, required=True, help="privacy budget")
-    p.add_argument("--theta", type=_fraction, default=1e-3,
-                   help="target reconstruction error (default 0.001, as in the paper)")
-    p.add_argument("--values-per-attribute", type=_positive_int, default=None, metavar="C",
-                   help="values of each attribute (default 2: binary)")
-    p.add_argument("--workload", default=None, metavar="FILE",
-                   help="choose (l, m) and the oracle for this workload (JSON: a list of "
-                   "attribute lists, or {\"k\": 3}) by its predicted error")
-    p.add_argument("--domain", default=None, metavar="FILE",
-                   help="with --workload or --out: domain JSON naming the attributes "
-                   "({\"attr\": size})")
-    p.add_argument("--public", default=None, metavar="DATASET",
-                   help="with --workload: a public or synthetic data set (name or CSV/Parquet) "
-                   "to measure reconstruction error instead of charging theta")
-    p.add_argument("--oracles", default=None,
-                   help="with --workload: candidate oracles (default grr,oue,olh,hr)")
-    p.add_argument("--max-report-bits", type=_positive_int, default=None, metavar="B",
-                   help="with --workload: only oracles whose report fits in B bits")
-    p.add_argument("--out", default=None, metavar="PLAN.json",
-                   help="write the campaign's plan (for `campaign create --plan` or an "
-                   "offline `client --plan`); needs --domain (and --k, or --workload)")
-    p.add_argument("--single-phase", action="store_true",
-                   help="with --out and --method auto: the campaign cannot run in phases "
-                   "(auto then plans CALM's collection)")
-    p.add_argument("--method", default="auto",
-                   help="with --out: the method that builds the plan (default auto: the "
-                   "adaptive method's phase 1, or CALM's plan with --single-phase, chosen from "
-                   "the domain, n, epsilon and k; calm; adaptive: "
-                   "phase 1 of an adaptive collection in phases, see `campaign next-phase`)")
-    p.add_argument("--optimal", action="store_true",
-                   help="error-optimal planning at any n: the plan of least predicted noise + "
-                   "sampling + reconstruction error, with --public DATASET or --prior")
-    p.add_argument("--prior", default=None, metavar="2=E2,3=E3",
-                   help="with --optimal: the mean interaction energy of each order (squared "
-                   "distance of a marginal from the max-entropy table of its sub-marginals)")
-    p.add_argument("--oracle", default=None,
-                   help="with --out: CALM's oracle choice (default adaptive)")
-    p.add_argument("--longitudinal-epsilon", type=_longitudinal, default="auto",
-                   metavar="EPS|auto|none",
-                   help="with --out: what any number of reports of an unchanged value may "
-                   "reveal (devices keep a permanent response and noise it afresh for each "
-                   "report); auto (default): 4 x --epsilon where the plan's groups can be "
-                   "memoized; none: every report is charged in full")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=_cmd_plan)
-
-    p = sub.add_parser("run", help="simulate a release on a data set and measure its error",
-                       description="Run a release with every row as one user, answer random "
-                       "k-way marginals, and report their SSE (CALM §5.1) and total variation "
-                       "distance next to the Uniform baseline. sse_std is the standard "
-                       "deviation of the per-query SSE over all queries and runs.")
-    p.add_argument("--dataset", required=True,
-                   help="a data set name (see `dpmarginals datasets`) or a CSV/Parquet file")
-    p.add_argument("--domain", default=None,
-                   help="domain JSON for a CSV/Parquet file (as for `release`); without it "
-                   "the domain is read off the data, with a warning")
-    p.add_argument("--d", type=_positive_int, default=None, help="keep the first d attributes")
-    p.add_argument("--n", type=_positive_int, default=None,
-                   help="sample n users with replacement (default: every row once)")
-    p.add_argument("--method", default=None, metavar="METHOD",
-                   help=f"release method (default calm, or aim with --model central): {methods}")
-    p.add_argument("--epsilon", type=_epsilon, required=True, help="privacy budget")
-    _add_central_options(p)
-    p.add_argument("--k", type=_positive_int, required=True, help="marginal size")
-    p.add_argument("--theta", type=_fraction, default=None, help="CALM's theta (default 0.001)")
-    p.add_argument("--m", type=_positive_int, default=None, help="override the number of marginals")
-    p.add_argument("--l", type=_positive_int, default=None, help="override the marginal size")
-    p.add_argument("--oracle", default=None,
-                   help="adaptive (default), best, grr, oue, olh or hr")
-    p.add_argument("--inference", default=None,
-                   help="how the noisy marginals become answers: pgm (shrinkage + a graphical "
-                   "model, needs the 'pgm' extra) for calm, am, marg_rr, marg_ps and marg_ht; "
-                   "default consistency (calm) or views (the others)")
-    p.add_argument("--postprocess", choices=("none", "norm_sub"), default=None,
-                   help="ft, am and marg_*: raw unbiased estimates (none, the papers' "
-                   "default: cells may be negative, so TVD can exceed 1) or distributions "
-                   "(norm_sub)")
-    _add_fit_limits(p)
-    p.add_argument("--per-user", action="store_true",
-                   help="randomize every user's record (slower) instead of sampling the "
-                   "aggregate counts from their exact distribution")
-    p.add_argument("--queries", type=_positive_int, default=50, help="random queries (default 50)")
-    p.add_argument("--repeats", type=_positive_int, default=1, help="independent runs (default 1)")
-    p.add_argument("--seed", type=_seed, default=0, help="simulation seed (default 0)")
-    p.add_argument("--simulation", action="store_true",
-                   help="with --out: yes, save this seeded simulation (marked not private)")
-    p.add_argument("--out", default=None,
-                   help="save the (last) synopsis as JSON (needs --simulation; for a private "
-                   "release use `dpmarginals release`)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=_cmd_run)
-
-    from .central import register as register_central
-    from .engines import register as register_engines
-    from .experiments import register as register_experiments
-    from .service import register as register_service
-
-    register_central(sub)
-    register_service(sub)
-    register_engines(sub)
-    register_experiments(sub)
-
-    p = sub.add_parser("query", help="answer a marginal from a saved synopsis",
-                       description="Answer one marginal from a release (or a simulation "
-                       "saved by `run --simulation --out`), with the data's own values, and "
-                       "say whether it was measured or reconstructed, and under which privacy "
-                       "guarantee. On a k-tuple release of `central`, --attributes lists the "
-                       "extracted tuples over those columns with their noisy counts, and "
-                       "--tuple gives one tuple's count (or says it was not extracted).",
-                       epilog="Examples: dpmarginals query r.json --attributes age,sex,income; "
-                       "dpmarginals query k.json --tuple 3,17 (items of a transactional "
-                       "release) or --tuple color=red,size=M (a table's values)")
-    p.add_argument("synopsis", help="release or synopsis JSON file")
-    p.add_argument("--attributes", default=None, help="comma-separated attribute names")
-    p.add_argument("--tuple", default=None, metavar="ITEM,ITEM",
-                   help="k-tuple releases: the noisy count of this tuple (items: a "
-                   "transactional file's item ids, or COLUMN=VALUE of a table)")
-    p.add_argument("--format", choices=("table", "csv", "json"), default="table")
-    p.add_argument("--std", action="store_true",
-                   help="add per-cell standard errors (analytic for a marginal inside one "
-                   "collected marginal, scaled by how much Norm-Sub's clipping removes, "
-                   "which a parametric bootstrap of the release measures; else that "
-                   "bootstrap: seconds on a 48-group plan, a progress bar on a terminal) "
-                   "and a nominal 95%% interval (lower, upper) that covers this "
-                   "query, not only queries on average: for a reconstructed marginal it "
-                   "spans every value the measured tables allow, and a note says so")
-    p.add_argument("--replicates", type=_positive_int, default=REPLICATES,
-                   help=f"bootstrap replicates for --std (default {REPLICATES})")
-    p.add_argument("--public", default=None, metavar="DATASET",
-                   help="with --std: a public or synthetic data set (name, or CSV/Parquet "
-                   "over the synopsis's domain) telling how fast interactions fade with their "
-                   "order, for the interactions no report measured (default: an assumed "
-                   f"ratio of {INTERACTION_DECAY:g} per order)")
-    p.set_defaults(func=_cmd_query)
+    add_commands(parser.add_subparsers(dest="command", metavar="COMMAND",
+                                       parser_class=OneLineParser), COMMANDS)
     return parser
 
 

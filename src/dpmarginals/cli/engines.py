@@ -1,8 +1,9 @@
 """The ``dpmarginals estimate`` command: a synopsis from stored reports, on any engine.
 
-``register(subparsers)`` adds the subcommand to the ``dpmarginals`` parser.  Errors a
-user can cause raise :class:`~dpmarginals.core.errors.DPMarginalsError` (one line from the
-CLI) or are argparse usage errors (one line as well).
+``ESTIMATE`` is the subcommand as data (:mod:`.spec`); ``register(subparsers)`` adds it to
+the ``dpmarginals`` parser.  Errors a user can cause raise
+:class:`~dpmarginals.core.errors.DPMarginalsError` (one line from the CLI) or are argparse
+usage errors (one line as well).
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from typing import Any
 from ..core.errors import DPMarginalsError
 from ..engines.base import ENGINES
 from .argtypes import positive_int as _positive_int
+from .spec import Command, add_command, arg
 
-__all__ = ["register"]
+__all__ = ["ESTIMATE", "register"]
 
 _DESCRIPTION = """\
 Build the synopsis of a local-DP campaign from its reports in Parquet files
@@ -32,35 +34,6 @@ engines: duckdb (the default; SQL over the files, out of core, all cores), numpy
 memory, a batch of files or lines at a time; JSON lines are always counted by it), spark
 (Apache Spark; `pip install 'dpmarginals[spark]'` and Java 17). All three return
 identical counts."""
-
-
-def register(subparsers: Any) -> argparse.ArgumentParser:
-    """Add ``estimate`` to the CLI's subparsers (``parser.add_subparsers(...)``)."""
-    p = subparsers.add_parser(
-        "estimate", help="build a synopsis from stored reports (Parquet or JSON lines)",
-        description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--reports", required=True, metavar="PATH",
-                   help="reports directory (the root holding campaign=<id>/, or a campaign "
-                   "directory), or a JSON-lines file of reports")
-    p.add_argument("--plan", default=None, metavar="PLAN.json",
-                   help="the campaign's public plan (default: the _plan.json stored with the "
-                   "reports); reports made under another plan are refused")
-    p.add_argument("--campaign", default=None, metavar="ID",
-                   help="campaign id when PATH holds several campaigns")
-    p.add_argument("--engine", choices=ENGINES, default="duckdb",
-                   help="counting engine (default duckdb; JSON lines are counted by numpy)")
-    p.add_argument("--threads", type=_positive_int, default=None,
-                   help="DuckDB worker threads (default: all cores)")
-    p.add_argument("--spark-master", default=None, metavar="URL",
-                   help="Spark master (default $DPMARGINALS_SPARK_MASTER, else local[*])")
-    p.add_argument("--max-rounds", type=_positive_int, default=1000,
-                   help="rounds of the consistency step (default 1000)")
-    p.add_argument("--out", default=None, metavar="SYNOPSIS.json",
-                   help="save the synopsis as JSON")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=_cmd_estimate)
-    return p
 
 
 def _cmd_estimate(args: argparse.Namespace) -> int:
@@ -127,3 +100,36 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         print(f"  saved to {args.out}; query it with `dpmarginals query {args.out} "
               "--attributes A,B`")
     return 0
+
+
+ESTIMATE = Command(
+    "estimate", help="build a synopsis from stored reports (Parquet or JSON lines)",
+    run=_cmd_estimate, description=_DESCRIPTION,
+    parser_options={"formatter_class": argparse.RawDescriptionHelpFormatter},
+    args=(
+        arg("--reports", required=True, metavar="PATH",
+            help="reports directory (the root holding campaign=<id>/, or a campaign "
+            "directory), or a JSON-lines file of reports"),
+        arg("--plan", default=None, metavar="PLAN.json",
+            help="the campaign's public plan (default: the _plan.json stored with the "
+            "reports); reports made under another plan are refused"),
+        arg("--campaign", default=None, metavar="ID",
+            help="campaign id when PATH holds several campaigns"),
+        arg("--engine", choices=ENGINES, default="duckdb",
+            help="counting engine (default duckdb; JSON lines are counted by numpy)"),
+        arg("--threads", type=_positive_int, default=None,
+            help="DuckDB worker threads (default: all cores)"),
+        arg("--spark-master", default=None, metavar="URL",
+            help="Spark master (default $DPMARGINALS_SPARK_MASTER, else local[*])"),
+        arg("--max-rounds", type=_positive_int, default=1000,
+            help="rounds of the consistency step (default 1000)"),
+        arg("--out", default=None, metavar="SYNOPSIS.json",
+            help="save the synopsis as JSON"),
+        arg("--json", action="store_true", help="print one JSON object"),
+    ),
+)
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``estimate`` to the CLI's subparsers (``parser.add_subparsers(...)``)."""
+    return add_command(subparsers, ESTIMATE)

@@ -1,9 +1,10 @@
 """The ``dpmarginals experiment`` and ``dpmarginals synthesize`` subcommands.
 
-``register(subparsers)`` adds both to the ``dpmarginals`` parser (the subparsers action of
-:func:`dpmarginals.cli.commands.build_parser`, whose parser class prints one-line errors).  Errors a
-user can cause raise :class:`~dpmarginals.core.errors.DPMarginalsError`, which the CLI prints as
-one line.
+``COMMANDS`` holds both as data (:mod:`.spec`); ``register(subparsers)`` adds them to the
+``dpmarginals`` parser (the subparsers action of
+:func:`dpmarginals.cli.commands.build_parser`, whose parser class prints one-line errors).
+Errors a user can cause raise :class:`~dpmarginals.core.errors.DPMarginalsError`, which the
+CLI prints as one line.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from typing import Any
 from ..core.errors import DPMarginalsError, describe_os_error
 from .argtypes import positive_int as _positive_int
 from .argtypes import seed as _seed
+from .spec import Command, add_commands, arg
 
-__all__ = ["register"]
+__all__ = ["COMMANDS", "register"]
 
 _EXPERIMENT_HELP = """\
 Reproduce a figure or table of the CALM (CCS 2018) and Cormode-Kulkarni-Srivastava
@@ -123,50 +125,60 @@ def _degree(text: str) -> str:
     return str(value)
 
 
-def register(subparsers: Any) -> None:
-    """Add ``experiment`` and ``synthesize`` to the ``dpmarginals`` command."""
-    p = subparsers.add_parser(
+#: ``experiment`` and ``synthesize``, in the order ``dpmarginals --help`` lists them.
+COMMANDS = (
+    Command(
         "experiment", help="reproduce a figure/table of the papers (CSV + PNG + summary)",
-        description=_EXPERIMENT_HELP,
-        epilog="Example: dpmarginals experiment calm-fig4 --quick --out results/")
-    p.add_argument("name", nargs="?", default=None,
-                   help="experiment name (see --list), e.g. calm-fig4, cormode-fig4")
-    p.add_argument("--list", action="store_true", help="list the experiments and exit")
-    p.add_argument("--out", default="results",
-                   help="output folder (default: results); files go to OUT/NAME[-quick]/")
-    p.add_argument("--quick", action="store_true",
-                   help="a reduced grid (fewer repeats/queries, smaller n) that finishes in a "
-                   "few minutes, as CI runs it")
-    p.add_argument("--jobs", type=_positive_int, default=1,
-                   help="worker processes (default 1); results do not depend on it")
-    p.add_argument("--seed", type=_seed, default=0, help="simulation seed (default 0)")
-    p.add_argument("--population", choices=("panel", "full"), default="panel",
-                   help="calm-fig4: 'full' plans CALM for each panel's n but lets every user "
-                   "of the data set report (~1M: the reading that reproduces the paper's "
-                   "0.0055 in Fig. 4b; docs/results.md); default: the panel's n users")
-    p.add_argument("--fresh", action="store_true",
-                   help="discard the results already written instead of resuming")
-    p.set_defaults(func=_cmd_experiment)
-
-    p = subparsers.add_parser(
+        run=_cmd_experiment, description=_EXPERIMENT_HELP,
+        epilog="Example: dpmarginals experiment calm-fig4 --quick --out results/",
+        args=(
+            arg("name", nargs="?", default=None,
+                help="experiment name (see --list), e.g. calm-fig4, cormode-fig4"),
+            arg("--list", action="store_true", help="list the experiments and exit"),
+            arg("--out", default="results",
+                help="output folder (default: results); files go to OUT/NAME[-quick]/"),
+            arg("--quick", action="store_true",
+                help="a reduced grid (fewer repeats/queries, smaller n) that finishes in a "
+                "few minutes, as CI runs it"),
+            arg("--jobs", type=_positive_int, default=1,
+                help="worker processes (default 1); results do not depend on it"),
+            arg("--seed", type=_seed, default=0, help="simulation seed (default 0)"),
+            arg("--population", choices=("panel", "full"), default="panel",
+                help="calm-fig4: 'full' plans CALM for each panel's n but lets every user "
+                "of the data set report (~1M: the reading that reproduces the paper's "
+                "0.0055 in Fig. 4b; docs/results.md); default: the panel's n users"),
+            arg("--fresh", action="store_true",
+                help="discard the results already written instead of resuming"),
+        ),
+    ),
+    Command(
         "synthesize", help="sample synthetic records from a saved synopsis",
+        run=_cmd_synthesize,
         description="Sample N synthetic records from a release (or a simulation saved by "
         "`run --simulation --out`; dpmarginals.synopsis.synthetic.synthesize): attribute by "
         "attribute by the chain rule over a Bayesian network whose conditionals are the "
         "synopsis's marginals (each attribute has up to --degree parents, chosen along the "
         "Chow-Liu tree of the synopsis's 2-way marginals), or from the joint marginal with "
         "--degree joint. Post-processing only: no privacy budget is spent. Writes the "
-        "data's own values as CSV (or Parquet), and FILE.privacy.json beside it.")
-    p.add_argument("synopsis", help="synopsis JSON file")
-    p.add_argument("--n", type=_positive_int, required=True, help="number of records")
-    p.add_argument("--simulation", action="store_true",
-                   help="sample from a synopsis that is not a private release (a simulation)")
-    p.add_argument("--out", required=True, help="output file (.csv or .parquet)")
-    p.add_argument("--seed", type=_seed, default=None,
-                   help="make the sampling reproducible (default: fresh randomness)")
-    p.add_argument("--attributes", default=None,
-                   help="comma-separated attributes to synthesize (default: all)")
-    p.add_argument("--degree", type=_degree, default="2",
-                   help="parents per attribute (default 2), or 'joint' to sample the joint "
-                   "marginal of all the attributes")
-    p.set_defaults(func=_cmd_synthesize)
+        "data's own values as CSV (or Parquet), and FILE.privacy.json beside it.",
+        args=(
+            arg("synopsis", help="synopsis JSON file"),
+            arg("--n", type=_positive_int, required=True, help="number of records"),
+            arg("--simulation", action="store_true",
+                help="sample from a synopsis that is not a private release (a simulation)"),
+            arg("--out", required=True, help="output file (.csv or .parquet)"),
+            arg("--seed", type=_seed, default=None,
+                help="make the sampling reproducible (default: fresh randomness)"),
+            arg("--attributes", default=None,
+                help="comma-separated attributes to synthesize (default: all)"),
+            arg("--degree", type=_degree, default="2",
+                help="parents per attribute (default 2), or 'joint' to sample the joint "
+                "marginal of all the attributes"),
+        ),
+    ),
+)
+
+
+def register(subparsers: Any) -> None:
+    """Add ``experiment`` and ``synthesize`` to the ``dpmarginals`` command."""
+    add_commands(subparsers, COMMANDS)

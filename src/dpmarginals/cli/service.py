@@ -1,6 +1,7 @@
 """The ``serve``, ``client`` and ``campaign`` commands of ``dpmarginals``.
 
-``register(subparsers)`` adds them to the CLI's subparsers; errors a user can cause raise
+``COMMANDS`` holds them as data (:mod:`.spec`); ``register(subparsers)`` adds them to the
+CLI's subparsers.  Errors a user can cause raise
 :class:`~dpmarginals.core.errors.DPMarginalsError` (one line from the CLI).  Run stand-alone as
 ``python -m dpmarginals.cli.service serve ...`` (the tests do).
 
@@ -35,8 +36,9 @@ from .argtypes import non_negative_int as _non_negative_int
 from .argtypes import number_in
 from .argtypes import positive_int as _positive_int
 from .plans import longitudinal
+from .spec import Actions, Command, Group, add_commands, arg
 
-__all__ = ["register"]
+__all__ = ["COMMANDS", "register"]
 
 _epsilon_total = number_in(0.0, float("inf"))
 TOKEN_ENV = "DPMARGINALS_ADMIN_TOKEN"
@@ -427,227 +429,242 @@ def _cmd_campaign_next_phase(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_token_file(parser: argparse.ArgumentParser, what: str) -> None:
-    parser.add_argument("--token-file", default=None, metavar="FILE",
-                        help=f"file holding the {what} (default ${TOKEN_ENV})")
-    parser.add_argument("--token", type=_refuse_argv_token("token", "--token-file", TOKEN_ENV),
-                        default=None, help=argparse.SUPPRESS)
+# -- the commands -------------------------------------------------------------------------
+#: ``--token-file`` of the admin commands, and the ``--token`` refused on the command line.
+_ADMIN_TOKEN_FILE = (
+    arg("--token-file", default=None, metavar="FILE",
+        help=f"file holding the admin token (default ${TOKEN_ENV})"),
+    arg("--token", type=_refuse_argv_token("token", "--token-file", TOKEN_ENV),
+        default=None, help=argparse.SUPPRESS),
+)
+
+SERVE = Command(
+    "serve", help="run the collection service (aggregator) over a durable store",
+    run=_cmd_serve,
+    # allow_abbrev=False: "--analyst-token X" must not pass for --analyst-token-file
+    parser_options={"allow_abbrev": False},
+    description="Run the HTTP aggregator: campaigns from plans, group assignment, report "
+    "ingestion (singly and in batches), status and marginal queries. Needs the service "
+    "extra. Reports are stored durably before they are acknowledged. The access log is "
+    "off: the service keeps no client addresses or arrival times.",
+    args=(
+        arg("--db", default="dpmarginals.db",
+            help="SQLite file (default ./dpmarginals.db) or postgresql://user@host/db"),
+        arg("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"),
+        arg("--port", type=_port, default=8000, help="port (default 8000)"),
+        arg("--admin-token-file", default=None, metavar="FILE",
+            help=f"file holding the token for the admin endpoints (default "
+            f"${TOKEN_ENV}, else random and printed)"),
+        arg("--analyst-token-file", default=None, metavar="FILE",
+            help=f"file holding the token that reads status and marginals of campaigns "
+            f"that are not public (default ${ANALYST_ENV}; the admin token works too)"),
+        arg("--admin-token", default=None, help=argparse.SUPPRESS,
+            type=_refuse_argv_token("admin-token", "--admin-token-file", TOKEN_ENV)),
+        arg("--analyst-token", default=None, help=argparse.SUPPRESS,
+            type=_refuse_argv_token("analyst-token", "--analyst-token-file", ANALYST_ENV)),
+        arg("--sync", choices=("full", "normal"), default="full",
+            help="SQLite synchronous mode: full (default; an acknowledged report "
+            "survives power loss) or normal (survives a crash of the process)"),
+        arg("--max-body-mb", type=float, default=8.0,
+            help="largest request body in MiB (default 8)"),
+        arg("--header-timeout", type=float, default=10.0, metavar="S",
+            help="seconds a connection has to send a request's headers (default 10)"),
+        arg("--keep-alive-timeout", type=float, default=5.0, metavar="S",
+            help="seconds an idle keep-alive connection stays open (default 5)"),
+        arg("--body-timeout", type=float, default=60.0, metavar="S",
+            help="seconds a request has to send its body (default 60)"),
+        arg("--max-connections", type=_positive_int, default=1000,
+            help="concurrent connections; more are closed at once (default 1000)"),
+        arg("--rate-limit", type=float, default=500.0, metavar="PER_S",
+            help="client requests per second per source (default 500; 0: no limit)"),
+        arg("--rate-burst", type=float, default=2000.0,
+            help="requests a source may save up (default 2000)"),
+        arg("--ticket-rate", type=float, default=2000.0, metavar="PER_S",
+            help="tickets (assigned users) per second per source (default 2000; 0: no "
+            "limit); a deployment with one device per address sets this low"),
+        arg("--ticket-burst", type=float, default=100_000.0,
+            help="tickets a source may save up (default 100000)"),
+        arg("--release-processes", type=int, choices=(0, 1), default=1,
+            help="compute releases in a separate process (1, the default: the server's "
+            "requests never wait for its Python) or in a thread of the server (0)"),
+        arg("--forwarded", action="store_true",
+            help="count sources by the last X-Forwarded-For address (only behind a "
+            "proxy that sets it)"),
+        arg("--allow-origin", action="append", default=[], metavar="ORIGIN",
+            help="a web origin (https://app.example, or *) whose pages may report from "
+            "a browser (CORS on the client endpoints: GET and POST, no credentials); "
+            "repeat for more; default none"),
+        arg("--log-level", default="warning",
+            choices=("critical", "error", "warning", "info", "debug")),
+    ),
+)
+
+CLIENT = Command(
+    "client", help="report as one device (--ledger), or play every CSV row as a "
+    "simulated user (--simulate)",
+    run=_cmd_client,
+    description="Randomize records with OS entropy and send the reports. The campaign's "
+    "plan is refused (one line, nothing drawn) if it asks for more than --max-epsilon per "
+    "report, if a group's epsilon is not the plan's, or if its hash or cells do not "
+    "match. A device (--ledger FILE, with --max-total-epsilon): the one record of --data "
+    "is its report, once per campaign, the campaign pinned to the plan it first showed, "
+    "one phase per collection, a memoized plan's permanent response kept per value and "
+    "noised afresh for every report, every report charged against --max-total-epsilon "
+    "(and --max-period-epsilon per --period-hours). --simulate: every row of --data is "
+    "another simulated user, with no ledger (tests and demos). --data is read as "
+    "`release` reads it: labels, bins or codes, as the plan's domain declares. Offline: "
+    "--plan FILE --save-reports FILE without --server writes the reports instead.",
+    args=(
+        arg("--server", default=None, help="the aggregator's URL"),
+        arg("--campaign", default=None, help="campaign id"),
+        arg("--data", required=True,
+            help="CSV (plain or compressed) or Parquet whose header names the plan's "
+            "attributes; values as the plan's domain declares them"),
+        arg("--max-epsilon", type=_epsilon, required=True, metavar="EPS",
+            help="required: the most epsilon this device spends on one report; a plan "
+            "asking for more is refused"),
+        arg("--ledger", default=None, metavar="FILE",
+            help="this device's privacy ledger (JSON, created if missing)"),
+        arg("--max-total-epsilon", type=_epsilon_total, default=None, metavar="EPS",
+            help="required with --ledger: the most epsilon this device ever spends"),
+        arg("--max-period-epsilon", type=_epsilon_total, default=None, metavar="EPS",
+            help="with --ledger: the most epsilon spent in any --period-hours"),
+        arg("--period-hours", type=float, default=24.0, metavar="H",
+            help="the period of --max-period-epsilon (default 24)"),
+        arg("--simulate", action="store_true",
+            help="every row of --data is another simulated user (no ledger)"),
+        arg("--plan", default=None,
+            help="plan JSON (offline mode, or to check the campaign's plan)"),
+        arg("--batch", type=_positive_int, default=1000,
+            help="with --simulate: reports per request (default 1000; 1 sends each "
+            "report alone)"),
+        arg("--assign", choices=("server", "local"), default="server",
+            help="groups from the service (default) or drawn on the device"),
+        arg("--limit", type=_positive_int, default=None, help="only the first N rows"),
+        arg("--skip", type=_non_negative_int, default=0, metavar="N",
+            help="skip the first N rows (with --limit M: rows N+1..N+M; e.g. one slice "
+            "of a file per phase of an adaptive campaign)"),
+        arg("--save-reports", default=None, help="also write the reports (JSON lines)"),
+        arg("--timeout", type=float, default=30.0, help="seconds per request"),
+        arg("--retries", type=int, default=3,
+            help="retries of a request on a lost connection or a 502-504 (default 3)"),
+        arg("--json", action="store_true", help="print one JSON object"),
+    ),
+)
+
+_CREATE = Command(
+    "create", help="create a campaign from a plan", run=_cmd_campaign_create,
+    description="Create a campaign from --plan FILE, or build a plan "
+    "with --method (default calm) from --domain, --epsilon, --k, --n.",
+    args=(
+        arg("--server", required=True, help="the aggregator's URL"),
+        arg("--id", required=True, help="campaign id (letters, digits, _ . -)"),
+        *_ADMIN_TOKEN_FILE,
+        arg("--plan", default=None, help="plan JSON file"),
+        arg("--domain", default=None, help="domain JSON ({\"attr\": size})"),
+        arg("--epsilon", type=_epsilon, default=None, help="privacy budget"),
+        arg("--k", type=_positive_int, default=None, help="marginal size to answer"),
+        arg("--n", type=_positive_int, default=None, help="expected number of users"),
+        arg("--method", default="calm", help="method building the plan (default calm)"),
+        arg("--oracle", default=None, help="CALM's oracle choice (default adaptive)"),
+        arg("--longitudinal-epsilon", type=longitudinal, default="auto",
+            metavar="EPS|auto|none",
+            help="what any number of reports of an unchanged value may reveal (devices "
+            "memoize a permanent response); auto (default): 4 x --epsilon where the "
+            "plan can be memoized; none: every report charged in full"),
+        arg("--save-plan", default=None, help="also write the plan JSON here"),
+        Group("settings (docs/deployment.md)", (
+            arg("--public", action="store_true",
+                help="status and marginals readable without a token"),
+            arg("--min-reports", type=int, default=None, metavar="N",
+                help="release nothing before N reports (default 0)"),
+            arg("--expires", dest="expires_at", type=_when, default=None, metavar="WHEN",
+                help="close the campaign at this time (ISO 8601 with a time zone, or Unix "
+                "seconds)"),
+            arg("--refresh-seconds", type=float, default=None, metavar="S",
+                help="recompute the release at most every S seconds (default 10; 0: after "
+                "every change)"),
+            arg("--tickets", choices=("assigned", "any", "off"), default=None,
+                help="each report needs a single-use ticket from /assignment, bound to "
+                "its group (assigned, the default), to no group (any: devices choose "
+                "their group), or no tickets (off)"),
+            arg("--keep-flagged", action="store_true",
+                help="release groups the poisoning check flags instead of leaving them out"),
+            arg("--status-granularity", type=int, default=None, metavar="N",
+                help="round per-group counts in /status down to multiples of N (default "
+                "100; 1: exact)"),
+        )),
+    ),
+)
+
+_STATUS = Command(
+    "status", help="reports per group", run=_cmd_campaign_status,
+    args=(
+        arg("--server", required=True, help="the aggregator's URL"),
+        arg("--id", required=True, help="campaign id"),
+        arg("--token-file", default=None, metavar="FILE",
+            help=f"file holding the analyst or admin token (default ${ANALYST_ENV}, "
+            f"else ${TOKEN_ENV}; a public campaign needs none)"),
+        arg("--token", type=_refuse_argv_token("token", "--token-file", ANALYST_ENV),
+            default=None, help=argparse.SUPPRESS),
+        arg("--json", action="store_true", help="print the JSON status"),
+    ),
+)
+
+_CLOSE = Command(
+    "close", help="close a campaign: no more assignments or reports", run=_cmd_campaign_close,
+    args=(
+        arg("--server", required=True, help="the aggregator's URL"),
+        arg("--id", required=True, help="campaign id"),
+        *_ADMIN_TOKEN_FILE,
+    ),
+)
+
+_NEXT_PHASE = Command(
+    "next-phase", help="adaptive campaigns: close a phase and open the next "
+    "(PHASE1-ID.phaseJ), planned from every phase's reports so far",
+    run=_cmd_campaign_next_phase,
+    args=(
+        arg("--server", required=True, help="the aggregator's URL"),
+        arg("--id", required=True, help="the campaign id of the phase to close"),
+        arg("--users", type=int, default=None,
+            help="users who will report in the next phase (default: the share phase "
+            "1's plan set for it; in the last phase, the plan's n less every report "
+            "so far)"),
+        arg("--expires", dest="expires_at", type=_when, default=None, metavar="WHEN",
+            help="close the next phase at this time (ISO 8601 with a time zone, or "
+            "Unix seconds; default: this phase's expiry, which the next inherits with "
+            "its other settings)"),
+        *_ADMIN_TOKEN_FILE,
+    ),
+)
+
+_EXPORT = Command(
+    "export", help="download a snapshot of the stored reports (admin)",
+    run=_cmd_campaign_export,
+    args=(
+        arg("--server", required=True, help="the aggregator's URL"),
+        arg("--id", required=True, help="campaign id"),
+        *_ADMIN_TOKEN_FILE,
+        arg("--out", default=None, help="JSON-lines file to write"),
+        arg("--parquet", default=None, metavar="ROOT",
+            help="write the Parquet report layout under ROOT instead "
+            "(ROOT/campaign=ID/group=G/part-*.parquet, see docs/engines.md)"),
+        arg("--plan-out", default=None, help="also write the plan JSON here"),
+    ),
+)
+
+CAMPAIGN = Command(
+    "campaign", help="create a campaign on a service, show its status, export reports",
+    run=None, description="Administer campaigns of a running aggregator.",
+    actions=Actions("campaign_action", "ACTION",
+                    (_CREATE, _STATUS, _CLOSE, _NEXT_PHASE, _EXPORT), allow_abbrev=False),
+)
+
+#: ``serve``, ``client`` and ``campaign``, in the order ``dpmarginals --help`` lists them.
+COMMANDS = (SERVE, CLIENT, CAMPAIGN)
 
 
-def _no_abbreviations(parser_class: type) -> type:
-    """``parser_class`` without argparse's abbreviations (a prefix of ``--token-file``
-    would take a token as a file name)."""
-    class Exact(parser_class):  # type: ignore[misc, valid-type]
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            kwargs["allow_abbrev"] = False
-            super().__init__(*args, **kwargs)
-
-    return Exact
-
-
-# -- registration -------------------------------------------------------------------------
 def register(subparsers: Any) -> None:
     """Add ``serve``, ``client`` and ``campaign`` to the CLI's subparsers."""
-    p = subparsers.add_parser(
-        "serve", help="run the collection service (aggregator) over a durable store",
-        allow_abbrev=False,  # "--analyst-token X" must not pass for --analyst-token-file
-        description="Run the HTTP aggregator: campaigns from plans, group assignment, report "
-        "ingestion (singly and in batches), status and marginal queries. Needs the service "
-        "extra. Reports are stored durably before they are acknowledged. The access log is "
-        "off: the service keeps no client addresses or arrival times.")
-    p.add_argument("--db", default="dpmarginals.db",
-                   help="SQLite file (default ./dpmarginals.db) or postgresql://user@host/db")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=_port, default=8000, help="port (default 8000)")
-    p.add_argument("--admin-token-file", default=None, metavar="FILE",
-                   help=f"file holding the token for the admin endpoints (default "
-                   f"${TOKEN_ENV}, else random and printed)")
-    p.add_argument("--analyst-token-file", default=None, metavar="FILE",
-                   help=f"file holding the token that reads status and marginals of campaigns "
-                   f"that are not public (default ${ANALYST_ENV}; the admin token works too)")
-    p.add_argument("--admin-token", default=None, help=argparse.SUPPRESS,
-                   type=_refuse_argv_token("admin-token", "--admin-token-file", TOKEN_ENV))
-    p.add_argument("--analyst-token", default=None, help=argparse.SUPPRESS,
-                   type=_refuse_argv_token("analyst-token", "--analyst-token-file",
-                                           ANALYST_ENV))
-    p.add_argument("--sync", choices=("full", "normal"), default="full",
-                   help="SQLite synchronous mode: full (default; an acknowledged report "
-                   "survives power loss) or normal (survives a crash of the process)")
-    p.add_argument("--max-body-mb", type=float, default=8.0,
-                   help="largest request body in MiB (default 8)")
-    p.add_argument("--header-timeout", type=float, default=10.0, metavar="S",
-                   help="seconds a connection has to send a request's headers (default 10)")
-    p.add_argument("--keep-alive-timeout", type=float, default=5.0, metavar="S",
-                   help="seconds an idle keep-alive connection stays open (default 5)")
-    p.add_argument("--body-timeout", type=float, default=60.0, metavar="S",
-                   help="seconds a request has to send its body (default 60)")
-    p.add_argument("--max-connections", type=_positive_int, default=1000,
-                   help="concurrent connections; more are closed at once (default 1000)")
-    p.add_argument("--rate-limit", type=float, default=500.0, metavar="PER_S",
-                   help="client requests per second per source (default 500; 0: no limit)")
-    p.add_argument("--rate-burst", type=float, default=2000.0,
-                   help="requests a source may save up (default 2000)")
-    p.add_argument("--ticket-rate", type=float, default=2000.0, metavar="PER_S",
-                   help="tickets (assigned users) per second per source (default 2000; 0: no "
-                   "limit); a deployment with one device per address sets this low")
-    p.add_argument("--ticket-burst", type=float, default=100_000.0,
-                   help="tickets a source may save up (default 100000)")
-    p.add_argument("--release-processes", type=int, choices=(0, 1), default=1,
-                   help="compute releases in a separate process (1, the default: the server's "
-                   "requests never wait for its Python) or in a thread of the server (0)")
-    p.add_argument("--forwarded", action="store_true",
-                   help="count sources by the last X-Forwarded-For address (only behind a "
-                   "proxy that sets it)")
-    p.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
-                   help="a web origin (https://app.example, or *) whose pages may report from "
-                   "a browser (CORS on the client endpoints: GET and POST, no credentials); "
-                   "repeat for more; default none")
-    p.add_argument("--log-level", default="warning",
-                   choices=("critical", "error", "warning", "info", "debug"))
-    p.set_defaults(func=_cmd_serve)
-
-    p = subparsers.add_parser(
-        "client", help="report as one device (--ledger), or play every CSV row as a "
-        "simulated user (--simulate)",
-        description="Randomize records with OS entropy and send the reports. The campaign's "
-        "plan is refused (one line, nothing drawn) if it asks for more than --max-epsilon per "
-        "report, if a group's epsilon is not the plan's, or if its hash or cells do not "
-        "match. A device (--ledger FILE, with --max-total-epsilon): the one record of --data "
-        "is its report, once per campaign, the campaign pinned to the plan it first showed, "
-        "one phase per collection, a memoized plan's permanent response kept per value and "
-        "noised afresh for every report, every report charged against --max-total-epsilon "
-        "(and --max-period-epsilon per --period-hours). --simulate: every row of --data is "
-        "another simulated user, with no ledger (tests and demos). --data is read as "
-        "`release` reads it: labels, bins or codes, as the plan's domain declares. Offline: "
-        "--plan FILE --save-reports FILE without --server writes the reports instead.")
-    p.add_argument("--server", default=None, help="the aggregator's URL")
-    p.add_argument("--campaign", default=None, help="campaign id")
-    p.add_argument("--data", required=True,
-                   help="CSV (plain or compressed) or Parquet whose header names the plan's "
-                   "attributes; values as the plan's domain declares them")
-    p.add_argument("--max-epsilon", type=_epsilon, required=True, metavar="EPS",
-                   help="required: the most epsilon this device spends on one report; a plan "
-                   "asking for more is refused")
-    p.add_argument("--ledger", default=None, metavar="FILE",
-                   help="this device's privacy ledger (JSON, created if missing)")
-    p.add_argument("--max-total-epsilon", type=_epsilon_total, default=None, metavar="EPS",
-                   help="required with --ledger: the most epsilon this device ever spends")
-    p.add_argument("--max-period-epsilon", type=_epsilon_total, default=None, metavar="EPS",
-                   help="with --ledger: the most epsilon spent in any --period-hours")
-    p.add_argument("--period-hours", type=float, default=24.0, metavar="H",
-                   help="the period of --max-period-epsilon (default 24)")
-    p.add_argument("--simulate", action="store_true",
-                   help="every row of --data is another simulated user (no ledger)")
-    p.add_argument("--plan", default=None,
-                   help="plan JSON (offline mode, or to check the campaign's plan)")
-    p.add_argument("--batch", type=_positive_int, default=1000,
-                   help="with --simulate: reports per request (default 1000; 1 sends each "
-                   "report alone)")
-    p.add_argument("--assign", choices=("server", "local"), default="server",
-                   help="groups from the service (default) or drawn on the device")
-    p.add_argument("--limit", type=_positive_int, default=None, help="only the first N rows")
-    p.add_argument("--skip", type=_non_negative_int, default=0, metavar="N",
-                   help="skip the first N rows (with --limit M: rows N+1..N+M; e.g. one slice "
-                   "of a file per phase of an adaptive campaign)")
-    p.add_argument("--save-reports", default=None, help="also write the reports (JSON lines)")
-    p.add_argument("--timeout", type=float, default=30.0, help="seconds per request")
-    p.add_argument("--retries", type=int, default=3,
-                   help="retries of a request on a lost connection or a 502-504 (default 3)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=_cmd_client)
-
-    p = subparsers.add_parser(
-        "campaign", help="create a campaign on a service, show its status, export reports",
-        description="Administer campaigns of a running aggregator.")
-    actions = p.add_subparsers(dest="campaign_action", metavar="ACTION",
-                               parser_class=_no_abbreviations(type(p)))
-    a = actions.add_parser("create", help="create a campaign from a plan",
-                           description="Create a campaign from --plan FILE, or build a plan "
-                           "with --method (default calm) from --domain, --epsilon, --k, --n.")
-    a.add_argument("--server", required=True, help="the aggregator's URL")
-    a.add_argument("--id", required=True, help="campaign id (letters, digits, _ . -)")
-    _add_token_file(a, "admin token")
-    a.add_argument("--plan", default=None, help="plan JSON file")
-    a.add_argument("--domain", default=None, help="domain JSON ({\"attr\": size})")
-    a.add_argument("--epsilon", type=_epsilon, default=None, help="privacy budget")
-    a.add_argument("--k", type=_positive_int, default=None, help="marginal size to answer")
-    a.add_argument("--n", type=_positive_int, default=None, help="expected number of users")
-    a.add_argument("--method", default="calm", help="method building the plan (default calm)")
-    a.add_argument("--oracle", default=None, help="CALM's oracle choice (default adaptive)")
-    a.add_argument("--longitudinal-epsilon", type=longitudinal, default="auto",
-                   metavar="EPS|auto|none",
-                   help="what any number of reports of an unchanged value may reveal (devices "
-                   "memoize a permanent response); auto (default): 4 x --epsilon where the "
-                   "plan can be memoized; none: every report charged in full")
-    a.add_argument("--save-plan", default=None, help="also write the plan JSON here")
-    s = a.add_argument_group("settings (docs/deployment.md)")
-    s.add_argument("--public", action="store_true",
-                   help="status and marginals readable without a token")
-    s.add_argument("--min-reports", type=int, default=None, metavar="N",
-                   help="release nothing before N reports (default 0)")
-    s.add_argument("--expires", dest="expires_at", type=_when, default=None, metavar="WHEN",
-                   help="close the campaign at this time (ISO 8601 with a time zone, or Unix "
-                   "seconds)")
-    s.add_argument("--refresh-seconds", type=float, default=None, metavar="S",
-                   help="recompute the release at most every S seconds (default 10; 0: after "
-                   "every change)")
-    s.add_argument("--tickets", choices=("assigned", "any", "off"), default=None,
-                   help="each report needs a single-use ticket from /assignment, bound to "
-                   "its group (assigned, the default), to no group (any: devices choose "
-                   "their group), or no tickets (off)")
-    s.add_argument("--keep-flagged", action="store_true",
-                   help="release groups the poisoning check flags instead of leaving them out")
-    s.add_argument("--status-granularity", type=int, default=None, metavar="N",
-                   help="round per-group counts in /status down to multiples of N (default "
-                   "100; 1: exact)")
-    a.set_defaults(func=_cmd_campaign_create)
-
-    a = actions.add_parser("status", help="reports per group")
-    a.add_argument("--server", required=True, help="the aggregator's URL")
-    a.add_argument("--id", required=True, help="campaign id")
-    a.add_argument("--token-file", default=None, metavar="FILE",
-                   help=f"file holding the analyst or admin token (default ${ANALYST_ENV}, "
-                   f"else ${TOKEN_ENV}; a public campaign needs none)")
-    a.add_argument("--token", type=_refuse_argv_token("token", "--token-file", ANALYST_ENV),
-                   default=None, help=argparse.SUPPRESS)
-    a.add_argument("--json", action="store_true", help="print the JSON status")
-    a.set_defaults(func=_cmd_campaign_status)
-
-    a = actions.add_parser("close", help="close a campaign: no more assignments or reports")
-    a.add_argument("--server", required=True, help="the aggregator's URL")
-    a.add_argument("--id", required=True, help="campaign id")
-    _add_token_file(a, "admin token")
-    a.set_defaults(func=_cmd_campaign_close)
-
-    a = actions.add_parser("next-phase",
-                           help="adaptive campaigns: close a phase and open the next "
-                           "(PHASE1-ID.phaseJ), planned from every phase's reports so far")
-    a.add_argument("--server", required=True, help="the aggregator's URL")
-    a.add_argument("--id", required=True, help="the campaign id of the phase to close")
-    a.add_argument("--users", type=int, default=None,
-                   help="users who will report in the next phase (default: the share phase "
-                   "1's plan set for it; in the last phase, the plan's n less every report "
-                   "so far)")
-    a.add_argument("--expires", dest="expires_at", type=_when, default=None, metavar="WHEN",
-                   help="close the next phase at this time (ISO 8601 with a time zone, or "
-                   "Unix seconds; default: this phase's expiry, which the next inherits with "
-                   "its other settings)")
-    _add_token_file(a, "admin token")
-    a.set_defaults(func=_cmd_campaign_next_phase)
-
-    a = actions.add_parser("export", help="download a snapshot of the stored reports (admin)")
-    a.add_argument("--server", required=True, help="the aggregator's URL")
-    a.add_argument("--id", required=True, help="campaign id")
-    _add_token_file(a, "admin token")
-    a.add_argument("--out", default=None, help="JSON-lines file to write")
-    a.add_argument("--parquet", default=None, metavar="ROOT",
-                   help="write the Parquet report layout under ROOT instead "
-                   "(ROOT/campaign=ID/group=G/part-*.parquet, see docs/engines.md)")
-    a.add_argument("--plan-out", default=None, help="also write the plan JSON here")
-    a.set_defaults(func=_cmd_campaign_export)
-
-    def _campaign_help(args: argparse.Namespace) -> int:
-        p.print_help()
-        return 2
-
-    p.set_defaults(func=_campaign_help)
+    add_commands(subparsers, COMMANDS)
