@@ -232,54 +232,54 @@ _ADULT_CITE = ("Kohavi & Becker, UCI Adult (Census Income), 1996, "
                "doi:10.24432/C5XW20; CALM: Zhang et al., CCS 2018")
 
 
-_PRIVMRF_SHA256 = {  # (data, domain, labels)
-    "acs": ("89e337a3431f9b3f76d84142cb048495fec93ff10018b1f38b25a19491582cc8",
-            "153ce7fa936e7c6a8bb70205ae5203dc028f8896cacab12e43e9e874eef7eb15",
-            "bdec50d59a927b8fe5c09fc6d6f762acbc1cc20884aefbf1ec8a282b48681c15"),
-    "br2000": ("a08ae196bd1facefe86039524c628b3d94bc08d1d1408fc7afc5684f03044104",
-               "1e285a611e3ded08366f237df1d669285ba1a79a55fb5e874884e94bd1c28f70",
-               "0141c1cba2723595d5b2a91d88314ae2780340cf252999ee9394178657b1272c"),
-}
-
-
-def _privmrf(name: str) -> tuple[RemoteFile, ...]:
-    data, domain, labels = _PRIVMRF_SHA256[name]
-    return (
-        RemoteFile(f"{name}/{name}.csv.gz", ((_gh(*_PRIVMRF, f"preprocess/{name}.csv"), _gz),),
-                   sha256=data),
-        RemoteFile(f"{name}/{name}-domain.json",
-                   ((_gh(*_PRIVMRF, f"preprocess/{name}.json"), copy),), sha256=domain),
-        RemoteFile(f"{name}/{name}-labels.json",
-                   ((_gh(*_PRIVMRF, f"preprocess/{name}_int_to_str.json"), copy),),
-                   sha256=labels),
+def _privmrf_set(name: str, *, rows: int, attributes: int, domain: str, description: str,
+                 sha256: tuple[str, str, str]) -> DataSetInfo:
+    """An IPUMS extract as PrivMRF preprocessed it: a coded CSV, its domain and its labels
+    (``sha256``: of the three files, in that order)."""
+    data, domain_json, labels = (f"{name}/{name}.csv.gz", f"{name}/{name}-domain.json",
+                                 f"{name}/{name}-labels.json")
+    return DataSetInfo(
+        name=name, description=description, rows=rows, attributes=attributes,
+        max_d=attributes, domain=domain,
+        source="https://github.com/caicre/PrivMRF (preprocess/)", licence="IPUMS terms",
+        citation="Ruggles et al., IPUMS; Cai et al., PrivMRF, VLDB 2021",
+        files=(
+            RemoteFile(data, ((_gh(*_PRIVMRF, f"preprocess/{name}.csv"), _gz),),
+                       sha256=sha256[0]),
+            RemoteFile(domain_json, ((_gh(*_PRIVMRF, f"preprocess/{name}.json"), copy),),
+                       sha256=sha256[1]),
+            RemoteFile(labels, ((_gh(*_PRIVMRF, f"preprocess/{name}_int_to_str.json"), copy),),
+                       sha256=sha256[2]),
+        ),
+        loader=_coded_loader(name, data, domain_json, labels),
     )
 
 
-def _entries() -> list[DataSetInfo]:
-    e = []
-    e.append(DataSetInfo(
+#: Every data set, in the order ``dpmarginals datasets`` lists them.
+_DATA_SETS = (
+    DataSetInfo(
         name="adult",
         description="UCI Adult census income, raw files, missing rows dropped, numeric "
         "attributes bucketized (CALM §5.1)",
         rows=45_222, attributes=15, max_d=15, domain="15 attrs, 2..41 values",
         source=f"{_UCI}/adult/", licence="CC BY 4.0", citation=_ADULT_CITE,
         files=_ADULT_RAW_FILES, loader=_adult_loader("adult", "full"),
-    ))
-    e.append(DataSetInfo(
+    ),
+    DataSetInfo(
         name="adult3",
         description="Adult with every attribute capped at 3 values (CALM §5.3)",
         rows=45_222, attributes=15, max_d=15, domain="15 attrs, 2..3 values",
         source=f"{_UCI}/adult/", licence="CC BY 4.0", citation=_ADULT_CITE,
         files=_ADULT_RAW_FILES, loader=_adult_loader("adult3", "3"),
-    ))
-    e.append(DataSetInfo(
+    ),
+    DataSetInfo(
         name="adult2",
         description="Adult, binary partition of every attribute, income the label (CALM §5.4)",
         rows=45_222, attributes=15, max_d=15, domain="15 binary",
         source=f"{_UCI}/adult/", licence="CC BY 4.0", citation=_ADULT_CITE,
         files=_ADULT_RAW_FILES, loader=_adult_loader("adult2", "2"),
-    ))
-    e.append(DataSetInfo(
+    ),
+    DataSetInfo(
         name="adult-pgm",
         description="Adult as discretised by private-pgm's hd-datasets (train+test, "
         "missing values kept as a category)",
@@ -293,8 +293,8 @@ def _entries() -> list[DataSetInfo]:
                        sha256="e9d71a0deba4a85a565013030d61d7f5ca03fa224ca46fcc0a1930b079d3a37d"),
         ),
         loader=_coded_loader("adult-pgm", "adult/adult.csv.gz", "adult/adult-domain.json"),
-    ))
-    e.append(DataSetInfo(
+    ),
+    DataSetInfo(
         name="msnbc",
         description="UCI MSNBC.com anonymous web sessions, 1999-09-28: 'visited category j' "
         "for the top-d of 17 page categories",
@@ -309,8 +309,8 @@ def _entries() -> list[DataSetInfo]:
         ), sha256="982d85eb7aff1744e64d8bfadb21f53fb921b79d53b6305d4df232da59f218fe",
             member="msnbc990928.seq"),),
         loader=_transactional_loader("msnbc", "msnbc/msnbc990928.zip"),
-    ))
-    e.append(DataSetInfo(
+    ),
+    DataSetInfo(
         name="kosarak",
         description="Kosarak click-stream (Hungarian news portal), the first 36,682 "
         "transactions: 'has item j' for the top-d items",
@@ -324,8 +324,8 @@ def _entries() -> list[DataSetInfo]:
                  "kosarak.dat"), _gz),
         ), sha256="a4824eda4c747a67cd45bb9e8cc58e96645dd765eea46772ce24c73e8160eba0"),),
         loader=_transactional_loader("kosarak", "kosarak-prefix/kosarak-prefix.dat.gz"),
-    ))
-    e.append(DataSetInfo(
+    ),
+    DataSetInfo(
         name="t10i4d100k",
         description="IBM Quest synthetic market baskets T10I4D100K: 'has item j' for the "
         "top-d items",
@@ -339,8 +339,8 @@ def _entries() -> list[DataSetInfo]:
                  "data/T10I4D100K.dat"), _gz),
         ), sha256="464d7b87aa7fdc0dc432ddad0493515569b2968b0f229ce39399c454a8c62e0c"),),
         loader=_transactional_loader("t10i4d100k", "t10i4d100k/T10I4D100K.dat.gz"),
-    ))
-    e.append(DataSetInfo(
+    ),
+    DataSetInfo(
         name="nyc-taxis",
         description="NYC taxi trips (March 2019 sample) touching Manhattan as the 8 binary "
         "trip flags of Cormode et al. Table 1",
@@ -354,22 +354,19 @@ def _entries() -> list[DataSetInfo]:
             ((_gh("mwaskom/seaborn-data", "71e2436a", "taxis.csv"), _gz),),
             sha256="08d6d71784dbaa2651fee37fc03389754194c05d72d2d19cbc2c799dea6ac09d"),),
         loader=_taxi_loader,
-    ))
-    for name, rows, d, dom, desc in (
-        ("acs", 47_461, 23, "23 binary",
-         "IPUMS American Community Survey extract, binarised (PrivBayes/PrivMRF)"),
-        ("br2000", 38_000, 14, "14 attrs, 2..21 values",
-         "IPUMS Brazil 2000 census extract (PrivBayes/PrivMRF)"),
-    ):
-        e.append(DataSetInfo(
-            name=name, description=desc, rows=rows, attributes=d, max_d=d, domain=dom,
-            source="https://github.com/caicre/PrivMRF (preprocess/)", licence="IPUMS terms",
-            citation="Ruggles et al., IPUMS; Cai et al., PrivMRF, VLDB 2021",
-            files=_privmrf(name),
-            loader=_coded_loader(name, f"{name}/{name}.csv.gz", f"{name}/{name}-domain.json",
-                                 f"{name}/{name}-labels.json"),
-        ))
-    e.append(DataSetInfo(
+    ),
+    _privmrf_set("acs", rows=47_461, attributes=23, domain="23 binary",
+                 description="IPUMS American Community Survey extract, binarised "
+                 "(PrivBayes/PrivMRF)",
+                 sha256=("89e337a3431f9b3f76d84142cb048495fec93ff10018b1f38b25a19491582cc8",
+                         "153ce7fa936e7c6a8bb70205ae5203dc028f8896cacab12e43e9e874eef7eb15",
+                         "bdec50d59a927b8fe5c09fc6d6f762acbc1cc20884aefbf1ec8a282b48681c15")),
+    _privmrf_set("br2000", rows=38_000, attributes=14, domain="14 attrs, 2..21 values",
+                 description="IPUMS Brazil 2000 census extract (PrivBayes/PrivMRF)",
+                 sha256=("a08ae196bd1facefe86039524c628b3d94bc08d1d1408fc7afc5684f03044104",
+                         "1e285a611e3ded08366f237df1d669285ba1a79a55fb5e874884e94bd1c28f70",
+                         "0141c1cba2723595d5b2a91d88314ae2780340cf252999ee9394178657b1272c")),
+    DataSetInfo(
         name="nltcs",
         description="National Long Term Care Survey: 16 disability flags",
         rows=21_574, attributes=16, max_d=16, domain="16 binary",
@@ -384,8 +381,8 @@ def _entries() -> list[DataSetInfo]:
                        sha256="39ffb870b7085ba5f69bf3a3303190683d6bc1fd14c97abf3a1c335f40b32cc6"),
         ),
         loader=_coded_loader("nltcs", "nltcs/nltcs.csv.gz", "nltcs/nltcs-domain.json"),
-    ))
-    e.append(DataSetInfo(
+    ),
+    DataSetInfo(
         name="loans",
         description="Lending Club loans 2007-2011, discretised (NIST synthetic data 2021)",
         rows=42_535, attributes=48, max_d=48, domain="48 attrs, 3..1001 values",
@@ -401,8 +398,8 @@ def _entries() -> list[DataSetInfo]:
                        sha256="64b2313a24728e5d56425577a65daac0b0f499c42159f1476c5312016401035b"),
         ),
         loader=_coded_loader("loans", "loans/loans.zip", "loans/loans-domain.json"),
-    ))
-    e.append(DataSetInfo(
+    ),
+    DataSetInfo(
         name="fire",
         description="San Francisco fire department calls, discretised: the 30 columns its "
         "domain covers (Box and Address dropped)",
@@ -418,8 +415,8 @@ def _entries() -> list[DataSetInfo]:
                        sha256="786c51e6e8d4b7af9e058fe938d5098a441bef66de5d9a30f99c02d14a8b8648"),
         ),
         loader=_coded_loader("fire", "fire/fire.zip", "fire/fire-domain.json"),
-    ))
-    e.append(DataSetInfo(
+    ),
+    DataSetInfo(
         name=_builtin.BUILTIN,
         description="RAND Health Insurance Experiment (built in, ships with statsmodels): "
         "8 discretised attributes",
@@ -428,11 +425,11 @@ def _entries() -> list[DataSetInfo]:
         licence="public domain",
         citation="RAND Health Insurance Experiment; Cameron & Trivedi, Microeconometrics, 2005",
         files=(), loader=_builtin_loader,
-    ))
-    return e
+    ),
+)
 
 
-REGISTRY: dict[str, DataSetInfo] = {info.name: info for info in _entries()}
+REGISTRY: dict[str, DataSetInfo] = {info.name: info for info in _DATA_SETS}
 _ALIASES = {"kosarak-prefix": "kosarak", "taxi": "nyc-taxis", "taxis": "nyc-taxis",
             "nyc-taxi": "nyc-taxis", "t10": "t10i4d100k"}
 
