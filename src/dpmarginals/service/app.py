@@ -45,7 +45,7 @@ import os
 import re
 import secrets
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import ExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +71,7 @@ from .errors import ServiceError, add_error_handlers, responses
 from .limits import BodyReader, RateLimiter, source_of
 from .phases import check_phase_one, earlier_phases, next_phase_plan
 from .releases import Release, Releases, marginal_answer
+from .routes import Route, add_routes
 from .settings import CampaignSettings
 from .store import Campaign, Store, open_store
 from .tickets import TicketMint
@@ -360,7 +361,7 @@ def create_app(
         campaign=Annotated[str, fa.PathParam(pattern=CAMPAIGN_PATTERN,
                                              description="campaign id")])
     add_error_handlers(app)
-    _add_campaign_endpoints(app, fa, agg, guards)
+    add_routes(app, CAMPAIGN_ROUTES, fa, agg, guards)
     _add_client_endpoints(app, fa, agg, guards)
     _add_analyst_endpoints(app, fa, agg, guards)
     _add_export_endpoint(app, fa, agg, guards)
@@ -447,21 +448,18 @@ def _request_limiter(fa: Any, agg: Aggregator) -> Any:
     return limited
 
 
-def _add_campaign_endpoints(app: Any, fa: Any, agg: Aggregator, guards: Any) -> None:
-    """The service's health; admin: create, list and close campaigns."""
+# -- the service's health; admin: create, list and close campaigns -------------------------
+def _health_handler(fa: Any, agg: Aggregator, guards: Any) -> Callable[..., Any]:
+    def health() -> dict[str, str]:
+        return {"status": "ok", "store": agg.store.kind, "version": __version__}
+
+    return health
+
+
+def _create_campaign_handler(fa: Any, agg: Aggregator, guards: Any) -> Callable[..., Any]:
     Request, JSONResponse, run_in_threadpool = fa.Request, fa.JSONResponse, fa.run_in_threadpool
     the_store = agg.store
-    Token, CampaignId = guards.token, guards.campaign
 
-    @app.get("/health", tags=["service"], summary="Liveness and the store's kind")
-    def health() -> dict[str, str]:
-        return {"status": "ok", "store": the_store.kind, "version": __version__}
-
-    @app.post("/campaigns", tags=["admin"], status_code=201, dependencies=guards.admin,
-              summary="Create a campaign from a plan (idempotent for the same plan)",
-              openapi_extra=_body(CREATE_SCHEMA),
-              responses={200: {"description": "the campaign existed with this plan"},
-                         **responses(400, 401, 408, 409, 413, 422, 503)})
     async def create_campaign(request: Request) -> JSONResponse:
         async with agg.bodies.read(request) as raw:
             body = _parse_json(raw)
@@ -494,8 +492,13 @@ def _add_campaign_endpoints(app: Any, fa: Any, agg: Aggregator, guards: Any) -> 
                              "created": created, "settings": campaign.settings.to_dict()},
                             status_code=201 if created else 200)
 
-    @app.get("/campaigns", tags=["analysts"], responses=responses(401),
-             summary="The campaigns (all with a token; without one, the public ones)")
+    return create_campaign
+
+
+def _list_campaigns_handler(fa: Any, agg: Aggregator, guards: Any) -> Callable[..., Any]:
+    Token = guards.token
+    the_store = agg.store
+
     def list_campaigns(token: Token) -> dict[str, Any]:
         allowed = agg.is_analyst(token)
         if token and not allowed:  # a wrong token is an error, not "no token"
@@ -512,13 +515,24 @@ def _add_campaign_endpoints(app: Any, fa: Any, agg: Aggregator, guards: Any) -> 
                         "reports": int(the_store.users(found).sum())})
         return {"campaigns": out}
 
-    @app.post("/campaigns/{campaign}/close", tags=["admin"], dependencies=guards.admin,
-              summary="Close a campaign: no more assignments or reports",
-              responses=responses(401, 404, 422, 503))
+    return list_campaigns
+
+
+def _close_campaign_handler(fa: Any, agg: Aggregator, guards: Any) -> Callable[..., Any]:
+    CampaignId = guards.campaign
+
     def close_campaign(campaign: CampaignId) -> dict[str, Any]:
         found = agg.campaign(campaign)
-        the_store.close_campaign(found)
+        agg.store.close_campaign(found)
         return {"id": campaign, "state": "closed"}
+
+    return close_campaign
+
+
+def _open_next_phase_handler(fa: Any, agg: Aggregator, guards: Any) -> Callable[..., Any]:
+    Request, JSONResponse, run_in_threadpool = fa.Request, fa.JSONResponse, fa.run_in_threadpool
+    CampaignId = guards.campaign
+    the_store = agg.store
 
     async def open_next_phase(campaign: CampaignId, request: Request) -> JSONResponse:
         async with agg.bodies.read(request) as raw:
@@ -573,12 +587,31 @@ def _add_campaign_endpoints(app: Any, fa: Any, agg: Aggregator, guards: Any) -> 
                              "settings": second.settings.to_dict()},
                             status_code=201 if created else 200)
 
-    app.post("/campaigns/{campaign}/next-phase", tags=["admin"], status_code=201,
-             dependencies=guards.admin,
-             summary="Close a phase of an adaptive campaign; open the next, planned from every "
-             "phase's reports so far, as campaign {phase 1's id}.phase{j}",
-             responses={200: {"description": "the next phase existed with this plan"},
-                        **responses(400, 401, 404, 409, 413, 422, 503)})(open_next_phase)
+    return open_next_phase
+
+
+#: The service's health; admin: create, list and close campaigns, open a next phase.
+CAMPAIGN_ROUTES = (
+    Route("GET", "/health", _health_handler, tags=("service",),
+          summary="Liveness and the store's kind"),
+    Route("POST", "/campaigns", _create_campaign_handler, tags=("admin",), status_code=201,
+          guard="admin", summary="Create a campaign from a plan (idempotent for the same plan)",
+          openapi_extra=_body(CREATE_SCHEMA),
+          responses={200: {"description": "the campaign existed with this plan"},
+                     **responses(400, 401, 408, 409, 413, 422, 503)}),
+    Route("GET", "/campaigns", _list_campaigns_handler, tags=("analysts",),
+          summary="The campaigns (all with a token; without one, the public ones)",
+          responses=responses(401)),
+    Route("POST", "/campaigns/{campaign}/close", _close_campaign_handler, tags=("admin",),
+          guard="admin", summary="Close a campaign: no more assignments or reports",
+          responses=responses(401, 404, 422, 503)),
+    Route("POST", "/campaigns/{campaign}/next-phase", _open_next_phase_handler,
+          tags=("admin",), status_code=201, guard="admin",
+          summary="Close a phase of an adaptive campaign; open the next, planned from every "
+          "phase's reports so far, as campaign {phase 1's id}.phase{j}",
+          responses={200: {"description": "the next phase existed with this plan"},
+                     **responses(400, 401, 404, 409, 413, 422, 503)}),
+)
 
 
 def _check_next_phase_opens(store: Store, found: Campaign, name: str,
