@@ -65,7 +65,9 @@ def auto_jobs(subsets: Sequence[Subset], sizes: Sequence[int], rows: int) -> int
     """One process for small releases; else one per available core (at most 8)."""
     if float(_cost(subsets, sizes, rows).sum()) < PARALLEL_ABOVE_SECONDS:
         return 1
-    return max(1, min(8, len(os.sched_getaffinity(0))))
+    cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+             else os.cpu_count() or 1)  # the cores this process may use (Linux), else all
+    return max(1, min(8, cores))
 
 
 def split(subsets: Sequence[Subset], sizes: Sequence[int], rows: int, jobs: int
