@@ -2,8 +2,7 @@
 
 ``COMMANDS`` holds them as data (:mod:`.spec`); ``register(subparsers)`` adds them to the
 CLI's subparsers.  Errors a user can cause raise
-:class:`~dpmarginals.core.errors.DPMarginalsError` (one line from the CLI).  Run stand-alone as
-``python -m dpmarginals.cli.service serve ...`` (the tests do).
+:class:`~dpmarginals.core.errors.DPMarginalsError` (one line from the CLI).
 
 A new user's session (tokens come from a file or the environment, never the command line,
 where every local user could read them in /proc)::
