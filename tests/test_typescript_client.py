@@ -24,8 +24,6 @@ import functools
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -47,11 +45,11 @@ from dpmarginals.methods import available, make
 from dpmarginals.protocol.checks import check_plan
 from dpmarginals.protocol.formats import memoizable
 from dpmarginals.protocol.plan import GroupSpec, Plan
+from test_service_e2e import TOKEN, Server, _free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 TS = ROOT / "clients" / "typescript"
 SRC = ROOT / "src"
-TOKEN = "ts-client-admin-token"
 CHROMIUM = os.environ.get("DPMARGINALS_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update",
@@ -193,66 +191,15 @@ def test_allow_origin_must_be_an_origin(tmp_path):
 
 
 # -- end to end in Chromium ------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Service:
-    """``dpmarginals serve`` in a subprocess that lets ``origin``'s pages report."""
-
-    def __init__(self, folder: Path, origin: str) -> None:
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = open(folder / "serve.log", "wb")  # noqa: SIM115
-        env = {**os.environ, "PYTHONPATH": str(SRC), "DPMARGINALS_ADMIN_TOKEN": TOKEN}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "dpmarginals.cli", "serve", "--db", str(folder / "s.db"),
-             "--host", "127.0.0.1", "--port", str(self.port), "--allow-origin", origin],
-            env=env, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while True:
-            assert self.proc.poll() is None, (folder / "serve.log").read_text()
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=1):
-                    return
-            except OSError:
-                assert time.monotonic() < deadline, "the service did not start"
-                time.sleep(0.1)
-
-    def call(self, method: str, path: str, body: Any = None) -> Any:
-        request = urllib.request.Request(
-            self.url + path, method=method,
-            data=None if body is None else json.dumps(body).encode(),
-            headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=120) as r:
-            text = r.read().decode()
-        return text if path.endswith("/reports") else json.loads(text)
-
-    def released(self, campaign: str, reports: int, attributes: list[str]) -> dict:
-        deadline = time.monotonic() + 120
-        query = urllib.parse.urlencode({"attributes": ",".join(attributes)})
-        while True:
-            try:
-                answer = self.call("GET", f"/campaigns/{campaign}/marginals?{query}")
-            except urllib.error.HTTPError as exc:  # 409 before the first release
-                if exc.code != 409:
-                    raise
-                answer = {"reports": -1}
-            if answer["reports"] == reports:
-                return answer
-            assert time.monotonic() < deadline, answer
-            time.sleep(0.05)
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        self.log.close()
+def _call(server: Server, method: str, path: str, body: Any = None) -> Any:
+    """An admin request to ``server``: JSON, or the text of a JSON-lines export."""
+    request = urllib.request.Request(
+        server.url + path, method=method,
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=120) as r:
+        text = r.read().decode()
+    return text if path.endswith("/reports") else json.loads(text)
 
 
 class Static:
@@ -330,13 +277,13 @@ def test_chromium_reports_through_the_service_and_the_release_is_the_same(
     from dpmarginals.aggregation import synopsis_from_reports
 
     static = Static(built)
-    service = Service(tmp_path, static.origin)
+    service = Server(tmp_path / "s.db", "--allow-origin", static.origin)
     try:
         campaigns = {"survey": (_survey_plan(), 3000, 40),
                      "survey-memo": (_survey_plan(8.0), 400, 4)}
         for name, (plan, _, _) in campaigns.items():
-            service.call("POST", "/campaigns", {"id": name, "plan": plan.to_dict(),
-                                                "settings": {"refresh_seconds": 0}})
+            _call(service, "POST", "/campaigns", {"id": name, "plan": plan.to_dict(),
+                                                  "settings": {"refresh_seconds": 0}})
         context = browser.new_context()
         context.set_default_timeout(300_000)
         page = context.new_page()
@@ -370,16 +317,16 @@ def test_chromium_reports_through_the_service_and_the_release_is_the_same(
             assert len({r["report_id"] for r in reports}) == len(reports)
             # the service holds exactly these reports (OLH seeds beyond 2^53 included)
             stored = [json.loads(line) for line in
-                      service.call("GET", f"/campaigns/{name}/reports").splitlines() if line]
+                      _call(service, "GET", f"/campaigns/{name}/reports").splitlines() if line]
             assert sorted(stored, key=_report_id) == sorted(
                 ({k: v for k, v in r.items() if k != "ticket"} for r in reports),
                 key=_report_id)
             synopsis = synopsis_from_reports(plan, reports)
             for attrs in (["age", "region"], ["sex", "age"], ["region", "smoker"],
                           ["sex", "smoker"], ["sex", "region"]):
-                answer = service.released(name, len(reports), attrs)
+                answer = service.released(name, len(reports), ",".join(attrs))
                 assert answer["values"] == synopsis.marginal(attrs).values.ravel().tolist(), \
                     (name, attrs)
     finally:
-        service.close()
+        service.stop()
         static.close()
