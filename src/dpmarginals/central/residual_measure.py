@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.dataset import Dataset
+from ..core.dataset import Dataset, code_dtype
 from ..core.errors import DPMarginalsError
 from .residual_basis import Subset, helmert, keep_share, residual_coefficients
 
@@ -80,13 +80,6 @@ def split(subsets: Sequence[Subset], sizes: Sequence[int], rows: int, jobs: int
     return [list(subsets[lo:hi]) for lo, hi in itertools.pairwise(bounds)]
 
 
-def _index_dtype(cells: int) -> np.dtype:
-    for dt in (np.uint8, np.uint16, np.uint32):
-        if cells - 1 <= np.iinfo(dt).max:
-            return np.dtype(dt)
-    return np.dtype(np.int64)
-
-
 def count_all(data: Dataset, subsets: Sequence[Subset]) -> Iterator[np.ndarray]:
     """The count tables of ``subsets`` (in order), by ``np.bincount``."""
     codes = np.asfortranarray(data.codes)  # contiguous columns
@@ -97,7 +90,7 @@ def count_all(data: Dataset, subsets: Sequence[Subset]) -> Iterator[np.ndarray]:
             yield np.asarray(float(codes.shape[0]))
             continue
         shape = tuple(sizes[i] for i in a)
-        dtype = _index_dtype(math.prod(shape))
+        dtype = code_dtype([math.prod(shape)])  # holds every cell index
         if len(a) == 1:
             index = codes[:, a[0]]
         elif len(a) == 2:
