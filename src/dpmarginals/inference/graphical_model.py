@@ -129,13 +129,15 @@ class GraphicalModel:
                 adjacent[a].update(b for b in attrs if b != a)
         order = self.domain.index
         eliminated: list[tuple[str, tuple[str, ...]]] = []
-        while adjacent:
-            def fill(v: str) -> tuple[int, int, int]:
-                nbrs = list(adjacent[v])
-                missing = sum(1 for i, a in enumerate(nbrs) for b in nbrs[i + 1:]
-                              if b not in adjacent[a])
-                return missing, math.prod(self.domain.size(b) for b in nbrs), order(v)
 
+        def fill(v: str) -> tuple[int, int, int]:
+            """Min-fill's key: the edges eliminating ``v`` adds, then its factor's size."""
+            nbrs = list(adjacent[v])
+            missing = sum(1 for i, a in enumerate(nbrs) for b in nbrs[i + 1:]
+                          if b not in adjacent[a])
+            return missing, math.prod(self.domain.size(b) for b in nbrs), order(v)
+
+        while adjacent:
             var = min(adjacent, key=fill)
             nbrs = adjacent.pop(var)
             for a in nbrs:
