@@ -27,6 +27,7 @@ import math
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 from typing import Any
 
@@ -195,5 +196,10 @@ def measure(data: Dataset, subsets: Sequence[Subset], sigma2: Mapping[Subset, fl
             futures = [pool.submit(_run_part, data, p,
                                    {a: sigma2[a] for a in p}, factor, float(m.map(1)))
                        for p, m in zip(parts, members, strict=True)]
-            noisy = [f.result() for f in futures]
+            try:
+                noisy = [f.result() for f in futures]
+            except BrokenProcessPool as exc:
+                raise DPMarginalsError(
+                    "residual: a worker process measuring the residuals died (killed, or out "
+                    "of memory); nothing was released: rerun it") from exc
     return np.concatenate(noisy), factor, spent, len(parts)
