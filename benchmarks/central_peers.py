@@ -36,6 +36,7 @@ of wall-clock per run).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -150,9 +151,30 @@ def _category_codes(categories):
     return [int(c) for c in categories]
 
 
+def _pgm_backend(checkout: str) -> str:
+    """``jax`` for private-pgm since its 2024-11 rewrite (395885b), ``numpy`` before it."""
+    factor = (Path(checkout) / "src" / "mbi" / "factor.py").read_text()
+    return "jax" if "import jax" in factor else "numpy"
+
+
 def _pgm_aim(args, frame, names, sizes, workload):
-    sys.path[:0] = [str(Path(args.private_pgm) / "src"), str(Path(args.private_pgm) /
-                                                             "mechanisms")]
+    root = Path(args.private_pgm)
+    sys.path[:0] = [str(root / "src"), str(root / "mechanisms"), str(root)]
+    try:
+        import hdmm  # noqa: F401 - the numpy-era aim.py measures through hdmm's Identity
+    except ImportError:  # hdmm is not on PyPI; its Identity(n) is the n x n identity
+        import types
+
+        from scipy import sparse
+
+        matrix = types.ModuleType("hdmm.matrix")
+        matrix.Identity = lambda n: sparse.eye(n, format="csr")
+        sys.modules["hdmm"] = types.ModuleType("hdmm")
+        sys.modules["hdmm.matrix"] = matrix
+    # autodp 0.2.3.1's privacy_calibrator, imported first, hits its own circular import
+    # (the jax-era aim.py does not use autodp)
+    with contextlib.suppress(ImportError):
+        import autodp.rdp_acct  # noqa: F401
     from aim import AIM  # the checkout's mechanisms/aim.py
     from mbi import Dataset, Domain
 
@@ -196,7 +218,9 @@ def _setting(args: argparse.Namespace, impl: str) -> str:
     if impl == "smartnoise-aim":
         return f"mms={args.max_model_size},iters=1000"
     if impl == "pgm-aim":
-        return f"mms={args.max_model_size},iters={args.iters}"
+        numpy = args.private_pgm and _pgm_backend(args.private_pgm) == "numpy"
+        backend = ",mbi=numpy" if numpy else ""
+        return f"mms={args.max_model_size},iters={args.iters}{backend}"
     return ""
 
 

@@ -12,6 +12,8 @@ the adaptive method's phases feed ``adaptive`` (numpy inference), ``adaptive-pgm
     DPMARGINALS_DATA=... PYTHONPATH=src nice -n 10 python benchmarks/dev_grid.py \\
         --variants calm,calm-pgm,calm-pgm-priors,adaptive,adaptive-pgm-priors --jobs 2 \\
         --out dev.csv
+    # the small-n dev grid (auto's small-n rule): the same panels at n = 2^14 and 2^15
+    ... dev_grid.py --variants calm,calm-pgm-priors,adaptive --log-n 14 --out dev14.csv
 
 Prints per variant the geometric mean and median of the per-setting ratio to CALM, and the
 paired mean change of the log ratio against ``--baseline`` with its standard error.
@@ -47,13 +49,17 @@ VARIANTS = ("calm", "calm-pgm", "calm-pgm-priors", "adaptive", "adaptive-pgm",
             "adaptive-pgm-priors")
 
 
-def tasks(k6: bool, repeats: int) -> list[dict]:
+def tasks(k6: bool, repeats: int, log_n: int | None = None) -> list[dict]:
+    """The dev grid's tasks; ``log_n``: every panel at n = 2^log_n users instead of the
+    paper's (the same data sets and streams keyed by that n)."""
     out = []
     for t in sse_tasks("adaptive", PANELS, METHODS, False, shrink=2):
         if t["repeat"] >= repeats or (t["k"] != 3 and not k6) or t["k"] == 8:
             continue
         if t["d"] > MAX_D.get(t["dataset"], t["d"]):
             continue
+        if log_n is not None:
+            t = {**t, "n": 2**log_n}
         out.append({**t, "eps": list(EPS)})
     return out
 
@@ -123,6 +129,8 @@ def main() -> int:
     ap.add_argument("--baseline", default="adaptive")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--k6", action="store_true", help="also the k = 6 panels")
+    ap.add_argument("--log-n", type=int, default=None,
+                    help="every panel at n = 2^LOG_N users (default: the paper's n)")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--out", default="dev_grid.csv")
     ap.add_argument("--summary-only", action="store_true")
@@ -132,7 +140,7 @@ def main() -> int:
     variants = tuple(args.variants.split(","))
     out = Path(args.out)
     if not args.summary_only:
-        todo = tasks(args.k6, args.repeats)[args.start:]
+        todo = tasks(args.k6, args.repeats, args.log_n)[args.start:]
         with out.open("w", newline="") as fh:
             writer = None
             with ProcessPoolExecutor(args.jobs) as pool:

@@ -73,3 +73,14 @@ def test_the_grid_covers_the_issue_and_is_held_out():
     full = _tasks(False)
     assert len(full) == len(SETTINGS) * FULL_REPEATS
     assert len(_tasks(True)) <= 8
+
+
+def test_seed_zero_is_the_fixed_grid_and_another_seed_draws_fresh_networks():
+    setting = SETTINGS[0]
+    assert setting.spec().seed == setting.spec(0).seed == NETWORK_SEED0 + setting.index
+    fresh = {s.spec(1).seed for s in SETTINGS if s.dataset == "bn"}
+    fixed = {s.spec(0).seed for s in SETTINGS if s.dataset == "bn"}
+    assert len(fresh) == len(fixed) == 16 and not fresh & fixed
+    a = random_network(setting.spec(0)).sample(2000, rng=1).codes
+    b = random_network(setting.spec(1)).sample(2000, rng=1).codes
+    assert a.shape == b.shape and not np.array_equal(a, b)
