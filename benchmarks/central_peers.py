@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import itertools
 import json
 import os
@@ -211,12 +212,23 @@ def _done(path: Path) -> set[tuple[str, int, str]]:
     return {(r["impl"], r["seed"], r.get("setting", "")) for r in rows}
 
 
+@functools.cache
+def _peer_version(python: str) -> str:
+    """smartnoise-synth's version in the peer venv (1.0.8 runs on private-pgm's JAX-era mbi
+    1.1, 1.0.6 on its numpy-era ``FactoredInference``)."""
+    code = "import importlib.metadata as m; print(m.version('smartnoise-synth'))"
+    return subprocess.run([python, "-c", code], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
 def _setting(args: argparse.Namespace, impl: str) -> str:
     if impl.startswith("ours"):
         extra = f",mms={args.max_model_size},iters={args.iters}" if impl == "ours-aim" else ""
         return f"accountant={args.accountant}{extra}"
-    if impl == "smartnoise-aim":
-        return f"mms={args.max_model_size},iters=1000"
+    if impl.startswith("smartnoise"):
+        version = _peer_version(args.peer_python) if args.peer_python else "?"
+        mms = f",mms={args.max_model_size},iters=1000" if impl == "smartnoise-aim" else ""
+        return f"snsynth={version}{mms}"
     if impl == "pgm-aim":
         numpy = args.private_pgm and _pgm_backend(args.private_pgm) == "numpy"
         backend = ",mbi=numpy" if numpy else ""

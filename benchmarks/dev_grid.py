@@ -44,16 +44,22 @@ from dpmarginals.local.calm_pgm import CALMPGM
 from dpmarginals.local.collect import collect
 
 EPS = (0.2, 0.8, 1.4, 2.0)
+#: ``--panels multi``: multi-valued dev data (the dev grid's Adult and BR2000 with their
+#: own values, 2-41 and 2-21, and RAND HIE, 2-5 values), k = 3: panels (log2 n, d, k).
+MULTI_PANELS = {"adult": ((16, 15, 3),), "br2000": ((16, 14, 3),), "randhie": ((16, 8, 3),)}
 SEED = 0
 VARIANTS = ("calm", "calm-pgm", "calm-pgm-priors", "adaptive", "adaptive-pgm",
             "adaptive-pgm-priors")
 
 
-def tasks(k6: bool, repeats: int, log_n: int | None = None) -> list[dict]:
+def tasks(k6: bool, repeats: int, log_n: int | None = None, multi: bool = False
+          ) -> list[dict]:
     """The dev grid's tasks; ``log_n``: every panel at n = 2^log_n users instead of the
-    paper's (the same data sets and streams keyed by that n)."""
+    paper's (the same data sets and streams keyed by that n); ``multi``: the multi-valued
+    panels (:data:`MULTI_PANELS`) instead of CALM's."""
     out = []
-    for t in sse_tasks("adaptive", PANELS, METHODS, False, shrink=2):
+    for t in sse_tasks("adaptive", MULTI_PANELS if multi else PANELS, METHODS, False,
+                       shrink=2):
         if t["repeat"] >= repeats or (t["k"] != 3 and not k6) or t["k"] == 8:
             continue
         if t["d"] > MAX_D.get(t["dataset"], t["d"]):
@@ -129,6 +135,8 @@ def main() -> int:
     ap.add_argument("--baseline", default="adaptive")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--k6", action="store_true", help="also the k = 6 panels")
+    ap.add_argument("--panels", choices=("calm", "multi"), default="calm",
+                    help="CALM Fig. 4/5's panels or the multi-valued dev panels")
     ap.add_argument("--log-n", type=int, default=None,
                     help="every panel at n = 2^LOG_N users (default: the paper's n)")
     ap.add_argument("--jobs", type=int, default=1)
@@ -140,7 +148,7 @@ def main() -> int:
     variants = tuple(args.variants.split(","))
     out = Path(args.out)
     if not args.summary_only:
-        todo = tasks(args.k6, args.repeats, args.log_n)[args.start:]
+        todo = tasks(args.k6, args.repeats, args.log_n, args.panels == "multi")[args.start:]
         with out.open("w", newline="") as fh:
             writer = None
             with ProcessPoolExecutor(args.jobs) as pool:
