@@ -105,7 +105,23 @@ def run(task: dict, variants: tuple[str, ...]) -> list[dict]:
                 syn = Adaptive(epsilon=eps, k=k, inference=inference,
                                priors=priors).release(plans, counts)
                 add(name, syn, time.perf_counter() - clock)
+        for name in variants:  # e.g. adaptive[phases=2;share=0.3]: its own collection
+            if name.startswith("adaptive["):
+                params = _design(name)
+                method = Adaptive(epsilon=eps, k=k, **params)
+                phases = method.collect(data, rng=seed_for(SEED, "reports", "adaptive", ds, n, d,
+                                                           k, r, eps))
+                clock = time.perf_counter()
+                syn = method.release([p.plan for p in phases], [p.counts for p in phases])
+                add(name, syn, time.perf_counter() - clock)
     return rows
+
+
+def _design(name: str) -> dict:
+    """``adaptive[phases=2;share=0.3]`` -> ``{"phases": 2, "share": 0.3}``."""
+    body = name[name.index("[") + 1:name.rindex("]")]
+    return {key: (int(value) if key == "phases" else float(value))
+            for key, value in (item.split("=") for item in body.split(";") if item)}
 
 
 def summarize(frame: pd.DataFrame, baseline: str) -> str:
