@@ -9,12 +9,24 @@ per implementation:
   ``rdp`` gives our methods the same rho as the peers (Canonne-Kamath-Steinke's
   conversion, 0.014973 at eps 1, delta 1e-9), ``zcdp`` is our default (0.011781);
 * **smartnoise-synth** (``snsynth.aim.AIMSynthesizer``, ``snsynth.mst.MSTSynthesizer``),
-  run by ``--peer-python`` (a separate venv: smartnoise-synth 1.0.8 pins ``mbi<2`` and,
-  through smartnoise-sql, ``opendp<0.15``, against our ``mbi>=2`` and ``opendp>=0.16``);
+  run by ``--peer-python`` (a separate venv; the setting records its version).  1.0.8, the
+  newest, pins ``mbi>=1.1,<2`` (private-pgm's JAX rewrite) and, through smartnoise-sql,
+  ``opendp<0.15``, against our ``mbi>=2`` and ``opendp>=0.16``; 1.0.6, the last on
+  private-pgm's numpy ``FactoredInference``, runs with the numpy-era ``mbi`` installed from
+  a checkout of private-pgm at 514dea3 (``pip install --no-deps CHECKOUT``),
+  smartnoise-sql 1.0.7, ``opendp<0.13`` and ``scipy<1.14`` (its ``Identity`` operator
+  gives a class as dtype, which newer scipy's ``lsmr`` refuses); AIM and MST need neither
+  opacus nor pac-synth (``--no-deps``);
 * **private-pgm** ``mechanisms/aim.py`` (the authors' reference), run from a checkout
   given by ``--private-pgm DIR`` with that checkout's own ``src/mbi``, by
-  ``--pgm-python`` (a venv with the JAX it was written for: its mbi 1.0 fails under
-  jax 0.10 with a tracer error; jax 0.7.0, chex 0.1.90, optax, networkx, pandas<3 work).
+  ``--pgm-python``.  At 514dea3 (2024-11-09, the last commit before the JAX rewrite: the
+  code behind the AIM paper's figures; the setting says ``mbi=numpy``) it needs numpy,
+  scipy, pandas<3, networkx, attrs and autodp; ``hdmm`` (not on PyPI) is only its
+  ``Identity(n)``, which the worker supplies as scipy's sparse identity.  At the JAX
+  rewrite's head it needs jax 0.7.0, chex 0.1.90, optax, networkx, pandas<3 (its mbi fails
+  under jax 0.10 with a tracer error) and is far slower: it compiles factor operations one
+  at a time (on Adult 5,720 CPU-s for 46% of its budget, where 514dea3 spends 1,012 CPU-s
+  on the whole release).
 
 Each run is a subprocess (one per implementation and seed; the results are appended to
 ``--out`` as JSON lines, and a rerun skips what is there).  Measured per run: the workload
