@@ -235,7 +235,13 @@ def _peer_version(python: str) -> str:
 
 def _setting(args: argparse.Namespace, impl: str) -> str:
     if impl.startswith("ours"):
-        extra = f",mms={args.max_model_size},iters={args.iters}" if impl == "ours-aim" else ""
+        extra = ""
+        if impl == "ours-aim":
+            extra = f",mms={args.max_model_size},iters={args.iters}"
+        elif impl == "ours-mst":  # MST's own default (5000 steps, as its paper's code)
+            from dpmarginals.central.contingency import MST
+
+            extra = f",iters={MST.iters}"
         return f"accountant={args.accountant}{extra}"
     if impl.startswith("smartnoise"):
         version = _peer_version(args.peer_python) if args.peer_python else "?"

@@ -528,8 +528,8 @@ _CENTRAL_ARGS = (
     arg("--rounds", type=_positive_int, default=None,
         help="aim: the round budget T (default 16 d, the paper's)"),
     arg("--iters", type=_positive_int, default=None,
-        help="aim, mst: mirror-descent steps per model fit, warm-started (default 250; "
-        "the AIM paper's code: 1000)"),
+        help="aim, mst: mirror-descent steps per model fit, warm-started (default: aim "
+        "250, the AIM paper's code 1000; mst 5000, as its paper's code)"),
 )
 
 
