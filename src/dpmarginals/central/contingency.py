@@ -34,7 +34,9 @@ minimum-variance estimate.
 first of ``16 d`` rounds) and the rest to the rounds, 90% of each round to measuring and
 10% to selecting; MST gives a third each to the 1-way marginals, the selection and the
 tree's 2-way marginals.  Unlike the reference MST, values are not merged by their noisy
-1-way counts ("domain compression"): the declared domain is kept as it is.
+1-way counts ("domain compression"): the declared domain is kept as it is (on Adult,
+eps 1, the reference's own error moved by under 1% without it: 0.0933 and 0.0938 with,
+0.0937 and 0.0944 without, seeds 0 and 1).
 
 **Cost.**  Each AIM round refits the model (``iters`` mirror-descent steps, warm-started)
 and scores every candidate marginal against it, so a run costs about
