@@ -57,3 +57,23 @@ def test_every_experiment_names_its_data_sets_and_extras():
     assert set(data_sets(get("calm-pgm"), True)) == {"adult3", "br2000", "kosarak", "msnbc"}
     assert ("mbi", "pgm") in needs("calm-pgm") and ("sklearn", "experiments") in needs(
         "calm-fig6")
+
+
+def test_the_check_imports_mbi_in_64_bit_mode():
+    """mbi warns at import when JAX is in float32 mode ("can cause estimation algorithms to
+    stall"); the check used to import it first, so every calm-pgm, heldout and
+    central-tables run printed that warning although the fits run in 64-bit."""
+    pytest.importorskip("mbi")
+    import subprocess
+    import sys
+
+    code = ("import warnings; warnings.simplefilter('always');"
+            "from dpmarginals.experiments.preflight import check_ready;"
+            "from dpmarginals.experiments.registry import get;"
+            "check_ready(get('calm-pgm'), True);"
+            "import jax, mbi; print('x64', jax.config.jax_enable_x64)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "DPMARGINALS_OFFLINE": "1"}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "x64 True" in proc.stdout
+    assert "float32" not in proc.stderr

@@ -13,6 +13,8 @@ naming the file and ``$DPMARGINALS_DATA``).
 
 from __future__ import annotations
 
+import contextlib
+
 from ..core.errors import DataNotFoundError, DPMarginalsError
 from ..core.extras import MissingExtraError, require
 from .runner import Experiment
@@ -60,6 +62,11 @@ def check_ready(experiment: Experiment, quick: bool) -> None:
     from ..datasets.files import ensure_file
 
     for module, extra in needs(experiment.name):
+        if module == "mbi":  # 64-bit JAX before mbi's import, as require_mbi does (mbi
+            with contextlib.suppress(ImportError):  # warns at import in float32 mode)
+                import jax
+
+                jax.config.update("jax_enable_x64", True)
         try:
             require(module, extra=extra, what=f"experiment {experiment.name!r}")
         except MissingExtraError as exc:
