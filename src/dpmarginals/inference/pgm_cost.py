@@ -144,7 +144,9 @@ def predict_fit(domain: Domain, cliques: Sequence[Sequence[str]], iters: int, *,
 @lru_cache(maxsize=256)  # a bootstrap re-fits one structure many times
 def _predict(sizes: tuple[int, ...], cliques: tuple[tuple[int, ...], ...], iters: int,
              compiled: bool) -> FitCost:
-    import mbi
+    from .pgm import require_mbi
+
+    mbi = require_mbi()  # 64-bit JAX first, mbi's import warnings silenced, as everywhere
     from mbi.clique_utils import clique_mapping, maximal_subset
     from mbi.junction_tree import make_junction_tree, maximal_cliques
 
