@@ -14,6 +14,7 @@ naming the file and ``$DPMARGINALS_DATA``).
 from __future__ import annotations
 
 import contextlib
+import warnings
 
 from ..core.errors import DataNotFoundError, DPMarginalsError
 from ..core.extras import MissingExtraError, require
@@ -68,7 +69,9 @@ def check_ready(experiment: Experiment, quick: bool) -> None:
 
                 jax.config.update("jax_enable_x64", True)
         try:
-            require(module, extra=extra, what=f"experiment {experiment.name!r}")
+            with warnings.catch_warnings():  # mbi's import advice, silenced as require_mbi does
+                warnings.simplefilter("ignore")
+                require(module, extra=extra, what=f"experiment {experiment.name!r}")
         except MissingExtraError as exc:
             raise MissingExtraError(f"{exc} (nothing was run)", exc.extra, exc.module) from None
     for name in data_sets(experiment, quick):
