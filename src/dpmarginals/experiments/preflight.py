@@ -13,11 +13,8 @@ naming the file and ``$DPMARGINALS_DATA``).
 
 from __future__ import annotations
 
-import contextlib
-import warnings
-
 from ..core.errors import DataNotFoundError, DPMarginalsError
-from ..core.extras import MissingExtraError, require
+from ..core.extras import MissingExtraError, message, require
 from .runner import Experiment
 
 __all__ = ["NEEDS", "check_ready", "data_sets", "needs"]
@@ -61,19 +58,18 @@ def check_ready(experiment: Experiment, quick: bool) -> None:
     first when downloads are allowed (``$DPMARGINALS_OFFLINE`` unset)."""
     from ..datasets import get_info
     from ..datasets.files import ensure_file
+    from ..inference.pgm import require_mbi
 
     for module, extra in needs(experiment.name):
-        if module == "mbi":  # 64-bit JAX before mbi's import, as require_mbi does (mbi
-            with contextlib.suppress(ImportError):  # warns at import in float32 mode)
-                import jax
-
-                jax.config.update("jax_enable_x64", True)
+        what = f"experiment {experiment.name!r}"
         try:
-            with warnings.catch_warnings():  # mbi's import advice, silenced as require_mbi does
-                warnings.simplefilter("ignore")
-                require(module, extra=extra, what=f"experiment {experiment.name!r}")
-        except MissingExtraError as exc:
-            raise MissingExtraError(f"{exc} (nothing was run)", exc.extra, exc.module) from None
+            if module == "mbi":  # 64-bit JAX first, mbi's import advice silenced
+                require_mbi()
+            else:
+                require(module, extra=extra, what=what)
+        except MissingExtraError as exc:  # named for this experiment's extra
+            raise MissingExtraError(f"{message(extra, what, exc.module)} (nothing was run)",
+                                    extra, exc.module) from None
     for name in data_sets(experiment, quick):
         try:
             info = get_info(name)
