@@ -89,7 +89,8 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
         attrs = [a.strip() for a in args.attributes.split(",") if a.strip()]
     degree: Any = None if args.degree == "joint" else int(args.degree)
     rng = np.random.SeedSequence(args.seed) if args.seed is not None else None
-    data = synthesize(synopsis, args.n, rng=rng, attributes=attrs, degree=degree)
+    data = synthesize(synopsis, args.n, rng=rng, attributes=attrs, degree=degree,
+                      sampling=args.sampling)
     out = Path(args.out)
     try:
         if out.suffix.lower() in (".parquet", ".pq"):
@@ -174,6 +175,10 @@ COMMANDS = (
             arg("--degree", type=_degree, default="2",
                 help="parents per attribute (default 2), or 'joint' to sample the joint "
                 "marginal of all the attributes"),
+            arg("--sampling", choices=("rounded", "iid"), default="rounded",
+                help="rounded (default): the records sharing the parents' values take each "
+                "value of the next attribute floor or ceil of its expected count, as "
+                "private-pgm does; iid: independent draws (more sampling error)"),
         ),
     ),
 )

@@ -45,7 +45,7 @@ from ..core.dataset import Dataset
 from ..core.errors import DPMarginalsError
 from ..datasets.bayesnet import NetworkSpec, random_network
 from ..local.adaptive import Adaptive
-from ..local.auto import choose
+from ..local.auto import ADAPTIVE_PGM_PRIORS, choose
 from ..local.calm import CALM
 from ..local.collect import collect
 from .common import evaluate_synopsis, not_run, truths
@@ -224,8 +224,8 @@ def _run(task: dict[str, Any], seed: int) -> list[dict[str, Any]]:
             for name, inference in releases:
                 try:
                     start = time.perf_counter()
-                    syn = Adaptive(epsilon=eps, k=k, inference=inference).release(plans,
-                                                                                   counts)
+                    syn = Adaptive(epsilon=eps, k=k, inference=inference,
+                                   priors=ADAPTIVE_PGM_PRIORS).release(plans, counts)
                     rows.append(_row(fields, name, syn, exact,
                                      collected + time.perf_counter() - start, **more))
                 except DPMarginalsError as exc:
