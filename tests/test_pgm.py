@@ -292,7 +292,14 @@ def test_fit_limits_on_the_command_line_need_the_pgm_inference(capsys, tmp_path)
                      "--epsilon", "1", "--max-fit-memory-mb", "100", *method])
         err = capsys.readouterr().err
         assert code == 2 and len(err.strip().splitlines()) == 1
-        assert "apply to --method calm-pgm and --method calm --inference pgm" in err
+        assert "apply to --method calm-pgm and --method calm|adaptive --inference pgm" in err
+    # the adaptive method's graphical model takes them (and is held to them: JAX alone
+    # is over 100 MB)
+    code = main(["run", "--dataset", str(csv), "--domain", str(dom), "--k", "2", "--epsilon",
+                 "1", "--max-fit-memory-mb", "100", "--method", "adaptive", "--inference",
+                 "pgm", "--simulation", "--seed", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and "over the limits of 30 s and 100 MB" in err
 
 
 def test_the_compilation_cache_goes_to_the_user_cache(monkeypatch, tmp_path):

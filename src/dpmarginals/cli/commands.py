@@ -259,10 +259,10 @@ def _check_fit_limits(args: argparse.Namespace) -> None:
     method = (args.method or "auto").lower()
     if any(getattr(args, key, None) is not None for key in FIT_LIMITS) and not (
             method in ("auto", "calm_pgm", "calm-pgm")
-            or (method == "calm" and args.inference == "pgm")):
+            or (method in ("calm", "adaptive") and args.inference == "pgm")):
         raise DPMarginalsError("--max-fit-seconds and --max-fit-memory-mb apply to "
-                               "--method calm-pgm and --method calm --inference pgm (and auto, "
-                               "which passes them on), not to "
+                               "--method calm-pgm and --method calm|adaptive --inference pgm "
+                               "(and auto, which passes them on), not to "
                                f"--method {args.method}" + (f" --inference {args.inference}"
                                                             if args.inference else ""))
 

@@ -57,6 +57,7 @@ from ..core.domain import Domain
 from ..core.errors import DPMarginalsError, check_choice, check_epsilon, check_k, check_positive_int
 from ..core.randomness import RNGLike, simulation_rng
 from ..inference.energies import interaction_energies
+from ..inference.pgm_cost import MAX_FIT_MEMORY_MB, MAX_FIT_SECONDS, check_limits
 from ..inference.shrinkage import CAPACITY_ORDERS, eb_shrink
 from ..inference.views import NoisyView
 from ..planning.covering import balanced_subsets
@@ -180,6 +181,8 @@ class Adaptive:
     worse at eps >= 0.8 in our measurements, so off by default).  ``priors``: the graphical
     model's shrinkage priors with ``inference="pgm"`` (``"exchangeable"``, calm-pgm's, or
     ``"adaptive"``, those of the numpy release; :func:`~dpmarginals.inference.pgm.pgm_estimate`).
+    ``max_fit_seconds``, ``max_fit_memory_mb``: the graphical model's fit limits (as
+    :class:`~dpmarginals.local.calm_pgm.CALMPGM`'s; ``inference="pgm"`` only).
 
     >>> from dpmarginals.core.domain import Domain
     >>> plan = Adaptive(epsilon=1.0, k=3).plan(Domain.from_dict({f"x{i}": 2 for i in range(8)}),
@@ -200,6 +203,8 @@ class Adaptive:
     oracles: tuple[str, ...] = ("grr", "oue", "olh")
     conservative: bool = False
     priors: str = "exchangeable"
+    max_fit_seconds: float = MAX_FIT_SECONDS
+    max_fit_memory_mb: float = MAX_FIT_MEMORY_MB
     name: ClassVar[str] = "adaptive"
     _workloads: dict[Domain, Workload] = field(default_factory=dict, init=False, repr=False)
 
@@ -208,6 +213,8 @@ class Adaptive:
         self.k = check_k(self.k)
         check_choice(self.inference, "inference", INFERENCE)
         check_choice(self.priors, "priors", ("exchangeable", "adaptive"))
+        self.max_fit_seconds, self.max_fit_memory_mb = check_limits(self.max_fit_seconds,
+                                                                    self.max_fit_memory_mb)
         self.phases = check_positive_int(self.phases, "phases", 2)
         if self.phases > MAX_PHASES:
             raise DPMarginalsError(f"phases must be at most {MAX_PHASES}, got {self.phases}")
@@ -385,7 +392,8 @@ class Adaptive:
             from .calm_pgm import pgm_synopsis
 
             return pgm_synopsis(domain, views, self.name, dict(info or {}),
-                                priors=self.priors)
+                                priors=self.priors, max_fit_seconds=self.max_fit_seconds,
+                                max_fit_memory_mb=self.max_fit_memory_mb)
         return shrunk_synopsis(domain, views, self.name, dict(info or {}))
 
 
