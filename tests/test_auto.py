@@ -63,6 +63,30 @@ def test_a_single_phase_auto_plan_is_released_by_calm_pgm(monkeypatch):
     assert for_plan(plan).name == "calm_pgm"
 
 
+def test_a_phased_auto_campaign_is_released_by_the_inference_auto_picked(monkeypatch):
+    """Every phase's plan carries auto's pick, so the service's release of phase j (which
+    reads that phase's plan) uses the inference auto chose; without the extra, numpy."""
+    import dataclasses
+
+    from dpmarginals.local.collect import group_supports
+
+    monkeypatch.setattr(auto, "pgm_installed", lambda: True)
+    domain = Domain.from_dict({f"a{i}": 2 for i in range(8)})
+    choice = choose(domain, 2**14, 1.0, 3, pgm=True)
+    assert (choice.method, choice.inference) == ("adaptive", "pgm")
+    method = Auto(epsilon=1.0, k=3).method_for(domain, 2**14)
+    first = method.plan(domain, 2**14)
+    first = dataclasses.replace(first, params={**first.params, "auto": choice.to_dict()})
+    data = correlated_binary(first.params["phase_users"][0], 8, seed=2)
+    counts = group_supports(data, first, rng=1)
+    second = method.next_phase([first], [counts])
+    assert second.params["auto"] == choice.to_dict()
+    picked = for_plan(second)
+    assert (picked.inference, picked.priors) == ("pgm", auto.ADAPTIVE_PGM_PRIORS)
+    monkeypatch.setattr(auto, "pgm_installed", lambda: False)
+    assert for_plan(second).inference == "shrink"
+
+
 def test_cli_release_without_method_and_plan_default(tmp_path):
     csv, dom, out = tmp_path / "people.csv", tmp_path / "people-domain.json", tmp_path / "r.json"
     people(2000).drop(columns=["age"]).to_csv(csv, index=False)

@@ -319,6 +319,8 @@ class Adaptive:
         params = {"phase": phase + 1, "phases": total, "k": self.k,
                   "earlier_hashes": [p.hash for p in plans], "phase1_users": counts[0].n,
                   "users": int(users)}
+        if "auto" in first.params:  # auto's pick (and its inference) goes with every phase
+            params["auto"] = first.params["auto"]
         return choice.plan(domain, self.epsilon, self.name, params)
 
     # -- simulation ---------------------------------------------------------------------
