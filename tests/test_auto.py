@@ -107,3 +107,22 @@ def test_cli_release_without_method_and_plan_default(tmp_path):
     assert json.loads(proc.stdout)["method"] == "calm"
     one_error_line(cli("release", csv, "--domain", dom, "--epsilon", 1, "--m", 3,
                        "--out", out), "name the method")
+
+
+def test_auto_falls_back_to_the_numpy_inference_when_the_fit_is_refused():
+    """A graphical-model fit refused by its limits (here 100 MB: JAX alone is more) or
+    stopped for overrunning its prediction does not lose auto's release: the phases are
+    released by the numpy inference and the synopsis says why.  Asked for by name, the
+    adaptive method's graphical model still refuses."""
+    data = correlated_binary(4000, 6, seed=3)
+    strict = Adaptive(epsilon=1.0, k=3, inference="pgm", max_fit_memory_mb=100)
+    with pytest.raises(DPMarginalsError, match="over the limits"):
+        strict.run(data, rng=7)
+    picked = choose(data.domain, data.n, 1.0, 3, pgm=True)
+    method = picked.build(1.0, 3, max_fit_memory_mb=100)
+    assert method.pgm_fallback and method.inference == "pgm"
+    syn = method.run(data, rng=7)
+    assert "over the limits" in syn.info["inference_fallback"]
+    numpy = Adaptive(epsilon=1.0, k=3).run(data, rng=7)
+    assert np.array_equal(syn.marginal(["a0", "a1", "a2"]).values,
+                          numpy.marginal(["a0", "a1", "a2"]).values)

@@ -114,7 +114,8 @@ def for_plan(plan: Plan, **options: Any) -> Any:
         from .local.auto import ADAPTIVE_PGM_PRIORS, pgm_installed
 
         if pgm_installed():  # auto planned the phases for the graphical model's inference
-            options = {"inference": "pgm", "priors": ADAPTIVE_PGM_PRIORS, **options}
+            options = {"inference": "pgm", "priors": ADAPTIVE_PGM_PRIORS,
+                       "pgm_fallback": True, **options}
     cls = _REGISTRY[key]
     fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
     params: dict[str, Any] = {"epsilon": plan.epsilon}

@@ -183,6 +183,9 @@ class Adaptive:
     ``"adaptive"``, those of the numpy release; :func:`~dpmarginals.inference.pgm.pgm_estimate`).
     ``max_fit_seconds``, ``max_fit_memory_mb``: the graphical model's fit limits (as
     :class:`~dpmarginals.local.calm_pgm.CALMPGM`'s; ``inference="pgm"`` only).
+    ``pgm_fallback=True`` (what ``auto`` builds): a fit refused by those limits or stopped
+    for overrunning its prediction releases with the numpy inference instead, and the
+    synopsis says why in ``info["inference_fallback"]``; False raises.
 
     >>> from dpmarginals.core.domain import Domain
     >>> plan = Adaptive(epsilon=1.0, k=3).plan(Domain.from_dict({f"x{i}": 2 for i in range(8)}),
@@ -205,6 +208,7 @@ class Adaptive:
     priors: str = "exchangeable"
     max_fit_seconds: float = MAX_FIT_SECONDS
     max_fit_memory_mb: float = MAX_FIT_MEMORY_MB
+    pgm_fallback: bool = False
     name: ClassVar[str] = "adaptive"
     _workloads: dict[Domain, Workload] = field(default_factory=dict, init=False, repr=False)
 
@@ -390,13 +394,19 @@ class Adaptive:
                       info: dict[str, Any] | None = None) -> Synopsis:
         """This method's inference on unbiased views (both phases', or cleaner ones: the
         error split of :mod:`dpmarginals.local.error_sources`)."""
+        info = dict(info or {})
         if self.inference == "pgm":
             from .calm_pgm import pgm_synopsis
 
-            return pgm_synopsis(domain, views, self.name, dict(info or {}),
-                                priors=self.priors, max_fit_seconds=self.max_fit_seconds,
-                                max_fit_memory_mb=self.max_fit_memory_mb)
-        return shrunk_synopsis(domain, views, self.name, dict(info or {}))
+            try:
+                return pgm_synopsis(domain, views, self.name, info, priors=self.priors,
+                                    max_fit_seconds=self.max_fit_seconds,
+                                    max_fit_memory_mb=self.max_fit_memory_mb)
+            except DPMarginalsError as exc:
+                if not self.pgm_fallback:
+                    raise
+                info["inference_fallback"] = f"numpy inference: {exc}"
+        return shrunk_synopsis(domain, views, self.name, info)
 
 
 def _all_k(domain: Domain, k: int) -> Workload:

@@ -85,7 +85,7 @@ class Choice:
 
         if self.method == "adaptive":
             return Adaptive(epsilon=epsilon, k=k, inference=self.inference or "shrink",
-                            priors=ADAPTIVE_PGM_PRIORS, **params)
+                            priors=ADAPTIVE_PGM_PRIORS, pgm_fallback=True, **params)
         cls = CALMPGM if self.method == "calm_pgm" else CALM
         return cls(epsilon=epsilon, k=k, **params)
 
