@@ -36,7 +36,8 @@ A synopsis answers marginals, not records; two ways to turn it into a data set:
   remainders drawn without replacement); i.i.d. draws add the multinomial's sampling error
   on top of the model's.  On Adult (48,842 records, its 455 3-way marginals), MST's
   synthetic records had 1.052x the model's workload error drawn i.i.d. and 1.040x rounded
-  (-1.1% +- 0.1%, five fits; ``benchmarks/synthetic_sampling.py``).
+  (-1.1% +- 0.1%, five fits), AIM's 1.103x and 1.063x (two fits;
+  ``benchmarks/synthetic_sampling.py``).
 
   With ``degree=None`` the joint marginal of all the attributes is sampled directly
   (exact, for small domains).  The synthetic joint equals the synopsis's joint when the
