@@ -82,7 +82,7 @@ def test_a_phased_auto_campaign_is_released_by_the_inference_auto_picked(monkeyp
     second = method.next_phase([first], [counts])
     assert second.params["auto"] == choice.to_dict()
     picked = for_plan(second)
-    assert (picked.inference, picked.priors) == ("pgm", auto.ADAPTIVE_PGM_PRIORS)
+    assert (picked.inference, picked.priors) == ("pgm", auto.ADAPTIVE_PGM["priors"])
     monkeypatch.setattr(auto, "pgm_installed", lambda: False)
     assert for_plan(second).inference == "shrink"
 

@@ -111,11 +111,10 @@ def for_plan(plan: Plan, **options: Any) -> Any:
         if pgm_installed():  # auto planned CALM's collection for calm-pgm's inference
             key = "calm_pgm"
     if isinstance(picked, dict) and key == "adaptive" and picked.get("inference") == "pgm":
-        from .local.auto import ADAPTIVE_PGM_PRIORS, pgm_installed
+        from .local.auto import ADAPTIVE_PGM, pgm_installed
 
         if pgm_installed():  # auto planned the phases for the graphical model's inference
-            options = {"inference": "pgm", "priors": ADAPTIVE_PGM_PRIORS,
-                       "pgm_fallback": True, **options}
+            options = {**ADAPTIVE_PGM, **options}
     cls = _REGISTRY[key]
     fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
     params: dict[str, Any] = {"epsilon": plan.epsilon}

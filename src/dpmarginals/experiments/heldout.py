@@ -46,7 +46,7 @@ from ..core.dataset import Dataset
 from ..core.errors import DPMarginalsError
 from ..datasets.bayesnet import NetworkSpec, random_network
 from ..local.adaptive import Adaptive
-from ..local.auto import ADAPTIVE_PGM_PRIORS, choose
+from ..local.auto import choose
 from ..local.calm import CALM
 from ..local.collect import collect
 from .common import evaluate_synopsis, not_run, truths
@@ -220,14 +220,12 @@ def _run(task: dict[str, Any], seed: int) -> list[dict[str, Any]]:
             more = {"l": last.params.get("l"), "m": last.m,
                     "family": last.params.get("family", "")}
             plans, counts = [p.plan for p in phases], [p.counts for p in phases]
-            releases = [("adaptive", "shrink")] + ([("adaptive-pgm", "pgm")] if pgm_picked
-                                                   else [])
-            for name, inference in releases:
+            releases = [("adaptive", method)] + ([("adaptive-pgm", choice.build(eps, k))]
+                                                 if pgm_picked else [])  # as auto builds it
+            for name, released_by in releases:
                 try:
                     start = time.perf_counter()
-                    syn = Adaptive(epsilon=eps, k=k, inference=inference,  # as auto runs it
-                                   priors=ADAPTIVE_PGM_PRIORS, pgm_fallback=True
-                                   ).release(plans, counts)
+                    syn = released_by.release(plans, counts)
                     rows.append(_row(fields, name, syn, exact,
                                      collected + time.perf_counter() - start, **more))
                 except DPMarginalsError as exc:

@@ -52,8 +52,9 @@ __all__ = ["Auto", "Choice", "choose", "pgm_installed"]
 
 #: The methods auto chooses among (registry names).
 CANDIDATES = ("calm", "calm_pgm", "adaptive")
-#: The graphical model's priors when the adaptive method is built with inference "pgm".
-ADAPTIVE_PGM_PRIORS = "adaptive"
+#: How auto builds the adaptive method when it picks the graphical model's inference: the
+#: adaptive method's priors, and the numpy inference if the fit is refused or stopped.
+ADAPTIVE_PGM = {"inference": "pgm", "priors": "adaptive", "pgm_fallback": True}
 
 
 def pgm_installed() -> bool:
@@ -84,8 +85,8 @@ class Choice:
         from .calm_pgm import CALMPGM
 
         if self.method == "adaptive":
-            return Adaptive(epsilon=epsilon, k=k, inference=self.inference or "shrink",
-                            priors=ADAPTIVE_PGM_PRIORS, pgm_fallback=True, **params)
+            picked = ADAPTIVE_PGM if self.inference == "pgm" else {}
+            return Adaptive(epsilon=epsilon, k=k, **picked, **params)
         cls = CALMPGM if self.method == "calm_pgm" else CALM
         return cls(epsilon=epsilon, k=k, **params)
 
