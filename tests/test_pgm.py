@@ -456,3 +456,75 @@ def test_a_new_process_reuses_the_compiled_fit(tmp_path):
     programs = [p.name.split("-")[0] for p in tmp_path.iterdir()]
     assert programs.count("jit__multi_step") == 1
     assert programs.count("jit_message_passing_hugin") == 1
+
+
+# -- convergence stop ----------------------------------------------------------------------
+class _State:
+    def __init__(self, loss: float) -> None:
+        self.mu, self.loss = None, loss
+
+
+def test_convergence_stops_after_two_blocks_within_the_gap():
+    """After t steps the gain still to come is estimated as t x the last block's decrease
+    per step; the fit stops once two blocks running put it at most ``gap``."""
+    from dpmarginals.inference.pgm import BLOCK, Convergence, _Converged
+
+    # decreases per block 10, 1, 0.002, 0.001: estimated still to come at t = 100, 150, 200,
+    # 250 steps 20, 3, 0.008, 0.005; the fourth and fifth blocks meet gap 0.5: the fifth stops.
+    losses = [100.0, 90.0, 89.0, 88.998, 88.997, 80.0]
+    stop = Convergence(0.5)
+    seen = []
+    with pytest.raises(_Converged) as done:
+        for loss in losses:
+            seen.append(loss)
+            stop(_State(loss))
+    assert seen == losses[:5] and done.value.state.loss == 88.997 and stop.steps == 5 * BLOCK
+    # a block outside the gap resets the count; gap None never stops
+    stop, never = Convergence(0.5), Convergence(None)
+    for loss in [100.0, 99.999, 90.0, 89.999]:
+        stop(_State(loss))
+        never(_State(loss))
+    with pytest.raises(_Converged):
+        stop(_State(89.9985))
+    for loss in [89.9985, 89.9984, 89.9983]:
+        never(_State(loss))
+
+
+@needs_mbi
+def test_a_converged_fit_stops_early_within_its_gap_of_the_full_run():
+    """On a chain of pairs the fit stops before its 400 steps, and its loss is within GAP of
+    what every step reaches (the rule's claim: the estimated gain still to come was at most
+    GAP); the full run, gap None, runs every step."""
+    from dpmarginals.inference.pgm import GAP, fit_graphical_model
+    from dpmarginals.inference.pgm_cost import FitWatch, predict_fit
+
+    data = chain_data(20_000, 4, seed=5, sizes=3)
+    sets = list(itertools.combinations(data.domain.attributes, 2))
+    rng = np.random.default_rng(11)
+    sd = 0.01
+    meas = [(s, data.marginal(s).values / data.n + rng.normal(0, sd, (3, 3)), sd)
+            for s in sets]
+
+    def fit(gap):
+        watch = FitWatch(predict_fit(data.domain, sets, 400))
+        model = fit_graphical_model(data.domain, meas, iters=400, gap=gap, watch=watch)
+        loss = sum(0.5 * np.sum((model.marginal(s) - y) ** 2) / sd**2 for s, y, sd in meas)
+        return loss, watch.steps
+
+    stopped, steps = fit(GAP)
+    full, all_steps = fit(None)
+    assert all_steps == 400 and steps < 400
+    assert full <= stopped <= full + GAP
+
+
+def test_files_from_before_the_convergence_stop_refit_every_step():
+    """A saved calm-pgm synopsis whose options name mbi's ``tol`` loads with ``gap`` None
+    (its fits ran every step) and without ``tol`` (which no fit takes now)."""
+    from dpmarginals.local.calm_pgm import PGMSynopsis
+
+    dom = Domain(("x", "y"), (2, 2))
+    model = GraphicalModel(dom, [(("x", "y"), np.zeros((2, 2)))])
+    payload = {"model": model.to_dict(), "info": {},
+               "options": {"shrink": True, "iters": 1000, "tol": None}}
+    syn = PGMSynopsis._from_payload(dom, "calm-pgm", payload)
+    assert syn.options == {"shrink": True, "iters": 1000, "gap": None}

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["AUTO_INFERENCE", "AUTO_PHASES_RULE", "CALM_PGM_PRIORS", "CAPACITY_ORDERS",
-           "DETECTION", "DUAL_FRACTION", "ITERS", "KEEP", "LOCATION_LIMIT",
+           "DETECTION", "DUAL_FRACTION", "GAP", "ITERS", "KEEP", "LOCATION_LIMIT",
            "LOCATION_MIN_BLOCKS", "LOCATION_NORMALITY", "ORDER_DECAY", "PHASE1_GROUP_USERS",
            "PHASES", "PHASE_SHARE", "TUNED", "Tuned"]
 
@@ -94,6 +94,15 @@ TUNED: dict[str, Tuned] = {
         "200 iterations: 0.61x CALM against 0.65x on the small ones, but 17x CALM on the 560 "
         "triples; mbi's tol cannot tell the two cases apart",
         "calm-pgm's mean SSE over CALM's"),
+    "GAP": Tuned(
+        0.5, "inference/pgm.py",
+        "from the loss's scale (one noise standard deviation summed over the measured cells); "
+        "checked on the dev grid's k = 3 and k = 6 panels, repeat 0, calm-pgm and the "
+        "adaptive phases with the adaptive priors (112 fits)",
+        "0.1: 11.3 of 20 blocks run in the mean, the loss at most 0.06 above 1000 steps'; "
+        "0.5: 8.2 blocks, at most 0.24; 2: 5.3 blocks, at most 1.4 (patience 2 each)",
+        "blocks run and the final loss against 1000 steps; then calm-pgm's and the adaptive "
+        "release's SSE, paired, on the dev grid (DEVCHECK)"),
     "DUAL_FRACTION": Tuned(
         0.5, "inference/consistency.py",
         "adult3 d = 8 (10 seeds), msnbc d = 16 (10 seeds), kosarak d = 32 and d = 16 k = 8 (5 "
@@ -166,6 +175,7 @@ ORDER_DECAY: float = TUNED["ORDER_DECAY"].value
 CAPACITY_ORDERS: tuple[int, ...] = TUNED["CAPACITY_ORDERS"].value
 KEEP: float = TUNED["KEEP"].value
 ITERS: int = TUNED["ITERS"].value
+GAP: float = TUNED["GAP"].value
 DUAL_FRACTION: float = TUNED["DUAL_FRACTION"].value
 DETECTION: float = TUNED["DETECTION"].value
 LOCATION_MIN_BLOCKS: int = TUNED["LOCATION_MIN_BLOCKS"].value

@@ -27,6 +27,7 @@ recommends, and keeps JAX's compiled programs on disk (:func:`require_mbi`).
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import time
@@ -44,6 +45,7 @@ from dpmarginals.inference.cliques import KEEP, select_cliques
 from dpmarginals.inference.graphical_model import GraphicalModel
 from dpmarginals.inference.helmert import project
 from dpmarginals.inference.pgm_cost import (
+    BLOCK,
     MAX_FIT_MEMORY_MB,
     MAX_FIT_SECONDS,
     FitWatch,
@@ -57,9 +59,9 @@ from dpmarginals.inference.shrinkage import CAPACITY_ORDERS, NoisyMarginal, eb_s
 
 __all__ = [
     "EXTRA_MESSAGE",
+    "GAP",
     "ITERS",
     "PRIORS",
-    "TOL",
     "fit_graphical_model",
     "pgm_estimate",
     "require_mbi",
@@ -67,14 +69,23 @@ __all__ = [
 
 EXTRA_MESSAGE = message("pgm", "graphical-model inference (calm-pgm, inference='pgm')")
 
-#: Mirror-descent iterations.  Fewer regularise small models (on 18 collections of MSNBC,
-#: Kosarak, Adult at d = 8-16 with pairs or small junction trees, calm-pgm's mean SSE was
-#: 0.61x CALM's after 200 iterations, 0.65x after 1000) but leave dense ones far from the
+#: Mirror-descent iterations at most.  Fewer regularise small models (on 18 collections of
+#: MSNBC, Kosarak, Adult at d = 8-16 with pairs or small junction trees, calm-pgm's mean SSE
+#: was 0.61x CALM's after 200 iterations, 0.65x after 1000) but leave dense ones far from the
 #: optimum: 560 overlapping triples in one 16-way clique (Kosarak d = 16, n = 2^20) were 17x
 #: CALM's error after 200 iterations and 0.46x after 1000 (Armijo's step shrinks with the
-#: overlap).  ``TOL`` (None: run them all) is mbi's convergence criterion.
+#: overlap).  A fit stops sooner once it has converged (:data:`GAP`).
 ITERS = _tuned.ITERS  # provenance: core/tuned.py
-TOL = None
+#: Convergence: a fit stops once, for two blocks running, the loss still to gain is
+#: estimated at most this (``t x`` the last block's mean decrease per step: the remaining
+#: gap of a method converging as 1/t).  The loss is half the chi-square distance of the
+#: model's marginals to the (shrunk) measurements in their noise standard deviations, and it
+#: is quadratic, so a gap of 1/2 puts the model within one standard deviation, summed over
+#: all measured cells, of the optimum's marginals (whose own error is about one per cell).
+#: None: run :data:`ITERS`.
+GAP = _tuned.GAP  # provenance: core/tuned.py
+#: Blocks in a row that must meet :data:`GAP` (mbi's ``patience``).
+PATIENCE = 2
 #: ``$DPMARGINALS_JAX_CACHE``: where JAX keeps compiled programs across processes (default
 #: ``~/.cache/dpmarginals/jax``); "off" keeps them in memory only.
 ENV_JAX_CACHE = "DPMARGINALS_JAX_CACHE"
@@ -133,19 +144,18 @@ def fit_graphical_model(
     *,
     iters: int = ITERS,
     warm_start: GraphicalModel | None = None,
-    tol: float | None = None,
+    gap: float | None = GAP,
     watch: FitWatch | None = None,
 ) -> GraphicalModel:
     """``mbi``'s mirror descent on ``(clique, table of fractions, per-cell stddev)``.
 
     Minimises ``sum_i ||mu_{C_i} - y_i||^2 / (2 sigma_i^2)`` over the marginal polytope of
-    the graphical model on the measured cliques (total fixed to 1).  ``tol``: stop once the
-    loss improves by at most this fraction over two blocks of 50 iterations running (mbi's
-    criterion; None runs every iteration).  ``watch``: a :class:`FitWatch` called after each
-    block, which stops a fit that overruns its prediction.
+    the graphical model on the measured cliques (total fixed to 1), for at most ``iters``
+    steps, stopping sooner once converged (:class:`Convergence`, ``gap``; None runs every
+    step).  ``watch``: a :class:`FitWatch` called after each block, which stops a fit that
+    overruns its prediction.
     """
     mbi = require_mbi()
-    from mbi import estimation
 
     # mbi sees the attributes by their index: it orders junction-tree messages through
     # sets, and strings hash differently in every process (integers do not), so with
@@ -160,14 +170,65 @@ def fit_graphical_model(
     warm = None
     if warm_start is not None:
         warm = _to_clique_vector(mbi, dom, warm_start)
-    model = estimation.MirrorDescent().estimate(dom, meas, known_total=1.0, iters=iters,
-                                                warm_start=warm, tol=tol, callback_fn=watch)
+    estimator = _mirror_descent()
+    try:
+        model = estimator.estimate(dom, meas, known_total=1.0, iters=iters, warm_start=warm,
+                                   callback_fn=Convergence(gap, watch))
+    except _Converged as done:
+        model = estimator._finalize(done.state, 1.0)
     pots = []
     for clique in model.potentials.cliques:
         f = model.potentials.tables[clique]
         attrs = tuple(domain.attributes[i] for i in f.domain.attributes)
         pots.append((attrs, np.asarray(f.values, dtype=np.float64)))
     return GraphicalModel(domain, pots)
+
+
+class _Converged(Exception):
+    """Raised by :class:`Convergence` with the converged state (mbi's loop has no other
+    exit before ``iters``); the state is intact: it is donated only to the next block."""
+
+    def __init__(self, state: Any) -> None:
+        super().__init__("converged")
+        self.state = state
+
+
+class Convergence:
+    """mbi's per-block callback (given the whole mirror-descent state): the ``watch``, then
+    the stop of :data:`GAP`: after ``t`` steps, ``t x`` the mean decrease per step over the
+    last block estimates the loss still to gain (exact for a 1/t rate, an over-estimate for
+    a faster one); at most ``gap`` for :data:`PATIENCE` blocks running ends the fit."""
+
+    def __init__(self, gap: float | None, watch: FitWatch | None = None) -> None:
+        self.gap, self.watch = gap, watch
+        self.steps, self.calm, self.loss = 0, 0, math.inf
+
+    def __call__(self, state: Any) -> None:
+        if self.watch is not None:
+            self.watch(state.mu)
+        self.steps += BLOCK
+        loss = float(state.loss)
+        remaining = self.steps * (self.loss - loss) / BLOCK
+        self.loss = loss
+        if self.gap is None:
+            return
+        self.calm = self.calm + 1 if remaining <= self.gap else 0
+        if self.calm >= PATIENCE:
+            raise _Converged(state)
+
+
+@functools.cache
+def _mirror_descent() -> Any:
+    """mbi's mirror descent (Armijo steps) whose callback gets the whole state (one class
+    and instance: JAX's compiled steps are keyed by it)."""
+    from mbi import estimation
+
+    class StateCallback(estimation.MirrorDescent):
+        def _callback_value(self, state: Any, known_total: float, constraints: Any = ()
+                            ) -> Any:
+            return state
+
+    return StateCallback()
 
 
 #: Model structures (domain sizes, cliques) compiled in this process: no compilation to
@@ -200,7 +261,7 @@ def pgm_estimate(
     iters: int = ITERS,
     warm_start: GraphicalModel | None = None,
     cliques: Sequence[Sequence[str]] | None = None,
-    tol: float | None = TOL,
+    gap: float | None = GAP,
     max_fit_seconds: float | None = MAX_FIT_SECONDS,
     max_fit_memory_mb: float | None = MAX_FIT_MEMORY_MB,
     priors: str = "exchangeable",
@@ -272,11 +333,11 @@ def pgm_estimate(
             "them for the full model", stacklevel=2)
     shrunk_seconds = time.perf_counter() - clock
     watch = FitWatch(cost)
-    model = fit_graphical_model(domain, meas, iters=iters, warm_start=warm_start, tol=tol,
+    model = fit_graphical_model(domain, meas, iters=iters, warm_start=warm_start, gap=gap,
                                 watch=watch)
     _COMPILED.add(structure)
     info.update({"cliques": [list(c) for c in cliques], "iters": iters,
-                 "iterations": watch.steps, "tol": tol,
+                 "iterations": watch.steps, "gap": gap,
                  "predicted": {"seconds": round(cost.seconds, 3),
                                "memory_mb": round(cost.memory_mb, 1),
                                "compile_seconds": round(cost.compile_seconds, 3),

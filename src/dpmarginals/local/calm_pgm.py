@@ -29,7 +29,7 @@ from ..core.table import MarginalTable
 from ..core.tuned import CALM_PGM_PRIORS
 from ..inference.cliques import KEEP
 from ..inference.graphical_model import GraphicalModel
-from ..inference.pgm import ITERS, PRIORS, TOL, pgm_estimate, require_mbi
+from ..inference.pgm import GAP, ITERS, PRIORS, pgm_estimate, require_mbi
 from ..inference.pgm_cost import (
     MAX_FIT_MEMORY_MB,
     MAX_FIT_SECONDS,
@@ -51,7 +51,7 @@ REFIT_ITERS = 200
 class PGMSynopsis(Synopsis):
     """A graphical model fitted to noisy marginals; any marginal is inferred from it.
 
-    ``options``: the inference options (shrink, keep, iters, tol and the fit's limits), so
+    ``options``: the inference options (shrink, keep, iters, gap and the fit's limits), so
     that a bootstrap re-fit (:mod:`dpmarginals.synopsis.stderr`) repeats the same inference.
     """
 
@@ -90,8 +90,11 @@ class PGMSynopsis(Synopsis):
     @classmethod
     def _from_payload(cls, domain: Domain, method: str, payload: Mapping[str, Any]) -> Synopsis:
         model = GraphicalModel.from_dict(domain, payload["model"])
-        return cls(domain, model, method, dict(payload.get("info", {})),
-                   dict(payload.get("options", {})))
+        options = dict(payload.get("options", {}))
+        if "tol" in options:  # files before the convergence stop ran every iteration
+            options.pop("tol")
+            options.setdefault("gap", None)
+        return cls(domain, model, method, dict(payload.get("info", {})), options)
 
 
 def pgm_options(method: Any) -> dict[str, Any]:
@@ -106,14 +109,14 @@ def pgm_options(method: Any) -> dict[str, Any]:
 
 def pgm_synopsis(domain: Domain, views: Sequence[NoisyMarginal], method: str,
                  info: Mapping[str, Any], *, shrink: bool = True, keep: float = KEEP,
-                 iters: int = ITERS, tol: float | None = TOL,
+                 iters: int = ITERS, gap: float | None = GAP,
                  max_fit_seconds: float | None = MAX_FIT_SECONDS,
                  max_fit_memory_mb: float | None = MAX_FIT_MEMORY_MB,
                  priors: str = "exchangeable") -> PGMSynopsis:
     """Graphical-model inference over noisy views, packed as a synopsis (``priors``: the
     shrinkage priors, :func:`~dpmarginals.inference.pgm.pgm_estimate`)."""
     limits = limits_to_json(*check_limits(max_fit_seconds, max_fit_memory_mb))
-    options = {"shrink": shrink, "keep": keep, "iters": iters, "tol": tol, **limits}
+    options = {"shrink": shrink, "keep": keep, "iters": iters, "gap": gap, **limits}
     if priors != "exchangeable":  # saved synopses of the exchangeable prior stay as they were
         options["priors"] = priors
     model, fit = pgm_estimate(domain, views, **options)
