@@ -528,3 +528,29 @@ def test_files_from_before_the_convergence_stop_refit_every_step():
                "options": {"shrink": True, "iters": 1000, "tol": None}}
     syn = PGMSynopsis._from_payload(dom, "calm-pgm", payload)
     assert syn.options == {"shrink": True, "iters": 1000, "gap": None}
+
+
+@needs_mbi
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/maps"),
+                    reason="counts the process's memory mappings (Linux)")
+def test_a_long_running_process_lets_compiled_structures_go(monkeypatch):
+    """Every new structure's compiled programs hold memory mappings (Linux allows 65,530 a
+    process); past MAX_COMPILED structures the process drops them all: the mappings fall."""
+    import dpmarginals.inference.pgm as pgm
+
+    def mappings() -> int:
+        with open("/proc/self/maps") as f:
+            return sum(1 for _ in f)
+
+    monkeypatch.setattr(pgm, "MAX_COMPILED", 3)
+    pgm._forget_compiled()
+    data = chain_data(5000, 6, seed=2)
+    pairs = list(itertools.combinations(data.domain.attributes, 2))
+    views = [NoisyView(s, data.marginal(s).values, data.n, 1e-2) for s in pairs]
+    counts = []
+    for i in range(4):  # four structures: the fourth finds three compiled and drops them
+        pgm.pgm_estimate(data.domain, views, shrink=False, iters=50, cliques=None)
+        views = views[1:] + views[:1] if i == 0 else views[:-1]
+        counts.append(mappings())
+        assert len(pgm._COMPILED) == (i % 3) + 1
+    assert counts[3] < counts[2]

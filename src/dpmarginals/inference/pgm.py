@@ -81,7 +81,7 @@ ITERS = _tuned.ITERS  # provenance: core/tuned.py
 #: gap of a method converging as 1/t).  The loss is half the chi-square distance of the
 #: model's marginals to the (shrunk) measurements in their noise standard deviations, and it
 #: is quadratic, so a gap of 1/2 puts the model within one standard deviation, summed over
-#: all measured cells, of the optimum's marginals (whose own error is about one per cell).
+#: all measured cells, of the optimum's marginals (the reports' noise is one per cell).
 #: None: run :data:`ITERS`.
 GAP = _tuned.GAP  # provenance: core/tuned.py
 #: Blocks in a row that must meet :data:`GAP` (mbi's ``patience``).
@@ -234,6 +234,22 @@ def _mirror_descent() -> Any:
 #: Model structures (domain sizes, cliques) compiled in this process: no compilation to
 #: predict for them (a bootstrap's re-fits, repeated runs).
 _COMPILED: set[tuple[Any, ...]] = set()
+#: Compiled structures a process keeps before it lets them all go (:func:`_forget_compiled`).
+#: Each holds about 200 memory mappings of compiled code (a chain of 6 pairs here) and Linux
+#: allows 65,530 per process (``vm.max_map_count``): a held-out run's worker that had fitted
+#: a few hundred structures was killed by LLVM ("Unable to allocate section memory").
+MAX_COMPILED = 64
+
+
+def _forget_compiled() -> None:
+    """Drop JAX's compiled programs from memory (they stay in the disk cache)."""
+    import gc
+
+    import jax
+
+    jax.clear_caches()
+    gc.collect()
+    _COMPILED.clear()
 
 
 def _structure(domain: Domain, cliques: Sequence[Sequence[str]]) -> tuple[Any, ...]:
@@ -321,6 +337,8 @@ def pgm_estimate(
         cliques = [domain.in_order(v.attributes) for v in views]
         info = {"shrink": False}
     structure = _structure(domain, [c for c, _, _ in meas])
+    if structure not in _COMPILED and len(_COMPILED) >= MAX_COMPILED:
+        _forget_compiled()
     cost = predict_fit(domain, [c for c, _, _ in meas], iters, compiled=structure in _COMPILED)
     check_fit(cost, max_fit_seconds, max_fit_memory_mb)
     if "cliques_reduced" in info:
