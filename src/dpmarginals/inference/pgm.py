@@ -281,6 +281,7 @@ def pgm_estimate(
     max_fit_seconds: float | None = MAX_FIT_SECONDS,
     max_fit_memory_mb: float | None = MAX_FIT_MEMORY_MB,
     priors: str = "exchangeable",
+    reduce: bool = True,
 ) -> tuple[GraphicalModel, dict[str, Any]]:
     """The whole inference: shrinkage (optional), clique selection, ``mbi`` fit.
 
@@ -295,7 +296,8 @@ def pgm_estimate(
     are predicted first (:func:`~dpmarginals.inference.pgm_cost.predict_fit`): when the
     selected cliques' prediction exceeds ``max_fit_seconds`` or ``max_fit_memory_mb``, the
     views with the weakest shrunk interactions are modelled through their sub-marginals
-    only until it does not; with ``cliques`` fixed, or without shrinkage, or when even the
+    only until it does not; with ``cliques`` fixed, or without shrinkage, or
+    ``reduce=False`` (a caller with another inference to fall back on), or when even the
     1-way model exceeds them, the fit is refused, naming the prediction (``None``: no
     limit).  A fit that uses more than twice its predicted CPU time is stopped.  Returns
     the model and an info dict (cliques, seconds, prediction, iterations run, fitted prior
@@ -321,7 +323,7 @@ def pgm_estimate(
         }
         if cliques is None:
             unbounded = select_cliques(sets, shrunk, keep=keep)
-            cliques = select_cliques(
+            cliques = unbounded if not reduce else select_cliques(
                 sets, shrunk, keep=keep,
                 fits=lambda c: fit_within(domain, c, iters, max_fit_seconds,
                                           max_fit_memory_mb))

@@ -185,7 +185,9 @@ class Adaptive:
     :class:`~dpmarginals.local.calm_pgm.CALMPGM`'s; ``inference="pgm"`` only).
     ``pgm_fallback=True`` (what ``auto`` builds): a fit refused by those limits or stopped
     for overrunning its prediction releases with the numpy inference instead, and the
-    synopsis says why in ``info["inference_fallback"]``; False raises.
+    synopsis says why in ``info["inference_fallback"]``; so does a model that would fit
+    the limits only by dropping interactions it measured (the numpy inference keeps them
+    all); False raises, and drops the weakest interactions to fit, as calm-pgm does.
 
     >>> from dpmarginals.core.domain import Domain
     >>> plan = Adaptive(epsilon=1.0, k=3).plan(Domain.from_dict({f"x{i}": 2 for i in range(8)}),
@@ -401,7 +403,8 @@ class Adaptive:
             try:
                 return pgm_synopsis(domain, views, self.name, info, priors=self.priors,
                                     max_fit_seconds=self.max_fit_seconds,
-                                    max_fit_memory_mb=self.max_fit_memory_mb)
+                                    max_fit_memory_mb=self.max_fit_memory_mb,
+                                    reduce=not self.pgm_fallback)
             except DPMarginalsError as exc:
                 if not self.pgm_fallback:
                     raise
