@@ -16,9 +16,9 @@ alternative of issue #9, in three steps:
    (McKenna, Sheldon, Miklau, ICML 2019), which returns the maximum-entropy distribution
    in the marginal polytope closest to them — one non-negative, consistent joint
    distribution, kept as numpy log-potentials
-   (:class:`~dpmarginals.inference.graphical_model.GraphicalModel`).  A fit predicted over
-   the limits is refused before it starts, and one that uses twice its predicted CPU time
-   is stopped.
+   (:class:`~dpmarginals.inference.graphical_model.GraphicalModel`).  A fit stops once
+   converged (:data:`GAP`); one predicted over the limits is refused before it starts, and
+   one that uses twice its predicted CPU time is stopped.
 
 Only step 3 needs the optional ``pgm`` extra (``pip install 'dpmarginals[pgm]'``); it
 switches JAX to 64-bit floats for the whole process (``jax_enable_x64``), as ``mbi``
@@ -235,7 +235,8 @@ def _mirror_descent() -> Any:
 #: predict for them (a bootstrap's re-fits, repeated runs).
 _COMPILED: set[tuple[Any, ...]] = set()
 #: Compiled structures a process keeps before it lets them all go (:func:`_forget_compiled`).
-#: Each holds about 200 memory mappings of compiled code (a chain of 6 pairs here) and Linux
+#: Each holds about 200 memory mappings of compiled code (6 pairs of 8 binary attributes,
+#: measured here) and Linux
 #: allows 65,530 per process (``vm.max_map_count``): a held-out run's worker that had fitted
 #: a few hundred structures was killed by LLVM ("Unable to allocate section memory").
 MAX_COMPILED = 64
