@@ -236,9 +236,9 @@ def _mirror_descent() -> Any:
 _COMPILED: set[tuple[Any, ...]] = set()
 #: Compiled structures a process keeps before it lets them all go (:func:`_forget_compiled`).
 #: Each holds about 200 memory mappings of compiled code (6 pairs of 8 binary attributes,
-#: measured here) and Linux
-#: allows 65,530 per process (``vm.max_map_count``): a held-out run's worker that had fitted
-#: a few hundred structures was killed by LLVM ("Unable to allocate section memory").
+#: measured here) and Linux allows 65,530 per process (``vm.max_map_count``): a held-out
+#: run's worker that had fitted a few hundred structures was killed by LLVM ("Unable to
+#: allocate section memory").
 MAX_COMPILED = 64
 
 
@@ -324,10 +324,10 @@ def pgm_estimate(
         }
         if cliques is None:
             unbounded = select_cliques(sets, shrunk, keep=keep)
-            cliques = unbounded if not reduce else select_cliques(
+            cliques = select_cliques(
                 sets, shrunk, keep=keep,
                 fits=lambda c: fit_within(domain, c, iters, max_fit_seconds,
-                                          max_fit_memory_mb))
+                                          max_fit_memory_mb)) if reduce else unbounded
             if cliques != unbounded:
                 info["cliques_reduced"] = _reduction(unbounded, cliques)
         cliques = [domain.in_order(c) for c in cliques]

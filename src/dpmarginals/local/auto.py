@@ -53,7 +53,8 @@ __all__ = ["Auto", "Choice", "choose", "pgm_installed"]
 #: The methods auto chooses among (registry names).
 CANDIDATES = ("calm", "calm_pgm", "adaptive")
 #: How auto builds the adaptive method when it picks the graphical model's inference: the
-#: adaptive method's priors, and the numpy inference if the fit is refused or stopped.
+#: adaptive method's priors, and the numpy inference if the fit is refused, stopped, or
+#: would have to drop measured interactions to fit its limits.
 ADAPTIVE_PGM = {"inference": "pgm", "priors": "adaptive", "pgm_fallback": True}
 
 
