@@ -84,3 +84,31 @@ def test_seed_zero_is_the_fixed_grid_and_another_seed_draws_fresh_networks():
     a = random_network(setting.spec(0)).sample(2000, rng=1).codes
     b = random_network(setting.spec(1)).sample(2000, rng=1).codes
     assert a.shape == b.shape and not np.array_equal(a, b)
+
+
+def test_the_summary_counts_the_repeats_auto_released_by_the_numpy_inference():
+    """auto's graphical model falls back to the numpy inference when the model would be
+    reduced (test_auto); the summary names how often, per setting, next to the pick."""
+    import pandas as pd
+
+    from dpmarginals.experiments.heldout import _summary
+
+    rows = []
+    for setting, numpy_repeats in ((SETTINGS[0], {1}), (SETTINGS[1], set())):
+        fields = {"panel": setting.label, "dataset": setting.dataset, "n": setting.n,
+                  "d": setting.d, "k": setting.k, "epsilon": setting.epsilon, "status": "ok",
+                  "reason": "", "seconds": 1.0}
+        for r in range(2):
+            inference = "numpy" if r in numpy_repeats else "pgm"
+            for method, sse, family, how in (
+                    ("calm", 1.0, "", None), ("calm-pgm", 0.6, "", None),
+                    ("adaptive", 0.5, "", "numpy"), ("adaptive-pgm", 0.4, "", inference),
+                    ("auto", 0.4, "adaptive-pgm: phases", inference)):
+                rows.append({**fields, "method": method, "repeat": r, "sse": sse,
+                             "family": family, "inference": how})
+    lines = _summary(pd.DataFrame(rows), quick=False).splitlines()
+    first = next(x for x in lines if x.startswith(f"| {SETTINGS[0].label} |"))
+    second = next(x for x in lines if x.startswith(f"| {SETTINGS[1].label} |"))
+    assert first.endswith("| adaptive-pgm (numpy inference in 1 of 2: model over the fit "
+                          "limits) |")
+    assert second.endswith("| adaptive-pgm |")

@@ -226,8 +226,11 @@ def _run(task: dict[str, Any], seed: int) -> list[dict[str, Any]]:
                 try:
                     start = time.perf_counter()
                     syn = released_by.release(plans, counts)
+                    inference = ("numpy" if name == "adaptive"
+                                 or "inference_fallback" in syn.info else "pgm")
                     rows.append(_row(fields, name, syn, exact,
-                                     collected + time.perf_counter() - start, **more))
+                                     collected + time.perf_counter() - start,
+                                     inference=inference, **more))
                 except DPMarginalsError as exc:
                     rows.append(not_run(str(exc), **fields, method=name))
         except DPMarginalsError as exc:
@@ -297,12 +300,18 @@ def _summary(frame: pd.DataFrame, quick: bool) -> str:
     head = "| setting | n | d | k | eps | reps | CALM SSE | " + " | ".join(
         m for m in METHODS if m != "calm") + " | auto picked |"
     lines += [head, "|" + "---|" * (head.count("|") - 1)]
-    picked = (frame[frame["method"] == "auto"].groupby("panel")["family"].first()
-              if "family" in frame else pd.Series(dtype=str))
+    autos = frame[frame["method"] == "auto"]
+    picked = autos.groupby("panel")["family"].first() if "family" in frame else pd.Series(
+        dtype=str)
+    fallbacks = (autos[autos["inference"] == "numpy"].groupby("panel").size()
+                 if "inference" in frame else pd.Series(dtype=int))
     for _, row in table.iterrows():
         cells = [f"{row[f'{m} ratio']:.3f}" if f"{m} ratio" in row and pd.notna(
             row[f"{m} ratio"]) else "-" for m in METHODS if m != "calm"]
         pick = str(picked.get(row["panel"], "")).split(":")[0]
+        if pick == "adaptive-pgm" and fallbacks.get(row["panel"], 0):
+            pick += (f" (numpy inference in {fallbacks[row['panel']]} of "
+                     f"{int(row['repeats'])}: model over the fit limits)")
         lines.append(f"| {row['panel']} | {int(row['n']):,} | {int(row['d'])} | {int(row['k'])} "
                      f"| {row['epsilon']:g} | {int(row['repeats'])} | {fmt(row['calm'])} | "
                      + " | ".join(cells) + f" | {pick} |")
@@ -368,7 +377,7 @@ HELDOUT = Experiment(
     run_task=_run,
     plot=_plot,
     summarize=_summary,
-    columns=("sse", "tvd", "queries", "seconds", "l", "m", "family"),
+    columns=("sse", "tvd", "queries", "seconds", "l", "m", "family", "inference"),
     quick_note=f"Four settings (three networks at n = 2^14-2^16, NLTCS), {QUICK_QUERIES} "
                f"queries x {QUICK_REPEATS} repeat: a smoke test, not the comparison.",
     full_note=f"21 settings, {QUERIES} queries x {FULL_REPEATS} repeats.",
