@@ -128,12 +128,12 @@ def test_auto_falls_back_to_the_numpy_inference_when_the_fit_is_refused():
                           numpy.marginal(["a0", "a1", "a2"]).values)
 
 
-def test_auto_falls_back_rather_than_drop_measured_interactions():
+def test_auto_drops_the_weakest_interactions_to_fit_as_by_name():
     """With limits the full model exceeds but a reduced one meets, the adaptive method's
-    graphical model asked for by name drops its weakest interactions (as calm-pgm does);
-    auto's refuses that model and releases by the numpy inference, which keeps every
-    measured interaction (a held-out fit reduced this way answered one 3-way marginal
-    ~100x worse than the numpy inference)."""
+    graphical model drops its weakest interactions (as calm-pgm does), asked for by name or
+    picked by auto: auto releases that model, not the numpy inference (on the dev grid's
+    multi-valued panels, where every Adult and BR2000 model is reduced, the reduced model
+    beat the numpy inference by 4.0% +- 1.6%; docs/beyond-calm.md §7)."""
     from dpmarginals.inference.pgm import _forget_compiled
     from dpmarginals.inference.pgm_cost import predict_fit
 
@@ -150,9 +150,9 @@ def test_auto_falls_back_rather_than_drop_measured_interactions():
     assert named.info["cliques_reduced"]["replaced"] > 0
     picked = choose(data.domain, data.n, 1.0, 3, pgm=True).build(1.0, 3, max_fit_seconds=limit)
     _forget_compiled()  # compiled, the full model would fit the limit without compiling
-    syn = picked.run(data, rng=7)
-    assert "over the limits" in syn.info["inference_fallback"]
-    assert "cliques_reduced" not in syn.info
-    numpy = Adaptive(epsilon=1.0, k=3).run(data, rng=7)
-    assert np.array_equal(syn.marginal(["a0", "a1", "a2"]).values,
-                          numpy.marginal(["a0", "a1", "a2"]).values)
+    with pytest.warns(UserWarning, match="modelled through their sub-marginals"):
+        syn = picked.run(data, rng=7)
+    assert "inference_fallback" not in syn.info
+    assert syn.info["cliques_reduced"] == named.info["cliques_reduced"]
+    assert np.allclose(syn.marginal(["a0", "a1", "a2"]).values,
+                       named.marginal(["a0", "a1", "a2"]).values)

@@ -109,6 +109,6 @@ def test_the_summary_counts_the_repeats_auto_released_by_the_numpy_inference():
     lines = _summary(pd.DataFrame(rows), quick=False).splitlines()
     first = next(x for x in lines if x.startswith(f"| {SETTINGS[0].label} |"))
     second = next(x for x in lines if x.startswith(f"| {SETTINGS[1].label} |"))
-    assert first.endswith("| adaptive-pgm (numpy inference in 1 of 2: model over the fit "
-                          "limits) |")
+    assert first.endswith("| adaptive-pgm (numpy inference in 1 of 2: fit refused or "
+                          "stopped) |")
     assert second.endswith("| adaptive-pgm |")

@@ -311,7 +311,7 @@ def _summary(frame: pd.DataFrame, quick: bool) -> str:
         pick = str(picked.get(row["panel"], "")).split(":")[0]
         if pick == "adaptive-pgm" and fallbacks.get(row["panel"], 0):
             pick += (f" (numpy inference in {fallbacks[row['panel']]} of "
-                     f"{int(row['repeats'])}: model over the fit limits)")
+                     f"{int(row['repeats'])}: fit refused or stopped)")
         lines.append(f"| {row['panel']} | {int(row['n']):,} | {int(row['d'])} | {int(row['k'])} "
                      f"| {row['epsilon']:g} | {int(row['repeats'])} | {fmt(row['calm'])} | "
                      + " | ".join(cells) + f" | {pick} |")

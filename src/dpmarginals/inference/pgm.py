@@ -282,7 +282,6 @@ def pgm_estimate(
     max_fit_seconds: float | None = MAX_FIT_SECONDS,
     max_fit_memory_mb: float | None = MAX_FIT_MEMORY_MB,
     priors: str = "exchangeable",
-    reduce: bool = True,
 ) -> tuple[GraphicalModel, dict[str, Any]]:
     """The whole inference: shrinkage (optional), clique selection, ``mbi`` fit.
 
@@ -297,8 +296,7 @@ def pgm_estimate(
     are predicted first (:func:`~dpmarginals.inference.pgm_cost.predict_fit`): when the
     selected cliques' prediction exceeds ``max_fit_seconds`` or ``max_fit_memory_mb``, the
     views with the weakest shrunk interactions are modelled through their sub-marginals
-    only until it does not; with ``cliques`` fixed, or without shrinkage, or
-    ``reduce=False`` (a caller with another inference to fall back on), or when even the
+    only until it does not; with ``cliques`` fixed, or without shrinkage, or when even the
     1-way model exceeds them, the fit is refused, naming the prediction (``None``: no
     limit).  A fit that uses more than twice its predicted CPU time is stopped.  Returns
     the model and an info dict (cliques, seconds, prediction, iterations run, fitted prior
@@ -327,7 +325,7 @@ def pgm_estimate(
             cliques = select_cliques(
                 sets, shrunk, keep=keep,
                 fits=lambda c: fit_within(domain, c, iters, max_fit_seconds,
-                                          max_fit_memory_mb)) if reduce else unbounded
+                                          max_fit_memory_mb))
             if cliques != unbounded:
                 info["cliques_reduced"] = _reduction(unbounded, cliques)
         cliques = [domain.in_order(c) for c in cliques]

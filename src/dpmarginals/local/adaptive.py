@@ -185,9 +185,8 @@ class Adaptive:
     :class:`~dpmarginals.local.calm_pgm.CALMPGM`'s; ``inference="pgm"`` only).
     ``pgm_fallback=True`` (what ``auto`` builds): a fit refused by those limits or stopped
     for overrunning its prediction releases with the numpy inference instead, and the
-    synopsis says why in ``info["inference_fallback"]``; so does a model that would fit
-    the limits only by dropping interactions it measured (the numpy inference keeps them
-    all); False raises, and drops the weakest interactions to fit, as calm-pgm does.
+    synopsis says why in ``info["inference_fallback"]``; False raises.  Either way a model
+    over the limits first drops its weakest interactions to fit, as calm-pgm's does.
 
     >>> from dpmarginals.core.domain import Domain
     >>> plan = Adaptive(epsilon=1.0, k=3).plan(Domain.from_dict({f"x{i}": 2 for i in range(8)}),
@@ -403,8 +402,7 @@ class Adaptive:
             try:
                 return pgm_synopsis(domain, views, self.name, info, priors=self.priors,
                                     max_fit_seconds=self.max_fit_seconds,
-                                    max_fit_memory_mb=self.max_fit_memory_mb,
-                                    reduce=not self.pgm_fallback)
+                                    max_fit_memory_mb=self.max_fit_memory_mb)
             except DPMarginalsError as exc:
                 if not self.pgm_fallback:
                     raise

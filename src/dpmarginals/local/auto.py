@@ -53,8 +53,9 @@ __all__ = ["Auto", "Choice", "choose", "pgm_installed"]
 #: The methods auto chooses among (registry names).
 CANDIDATES = ("calm", "calm_pgm", "adaptive")
 #: How auto builds the adaptive method when it picks the graphical model's inference: the
-#: adaptive method's priors, and the numpy inference if the fit is refused, stopped, or
-#: would have to drop measured interactions to fit its limits.
+#: adaptive method's priors, and the numpy inference if the fit is refused or stopped (a
+#: model over its limits drops its weakest interactions first, as calm-pgm's does: on the
+#: dev grid's multi-valued panels that beat the numpy inference, docs/beyond-calm.md §7).
 ADAPTIVE_PGM = {"inference": "pgm", "priors": "adaptive", "pgm_fallback": True}
 
 

@@ -112,15 +112,14 @@ def pgm_synopsis(domain: Domain, views: Sequence[NoisyMarginal], method: str,
                  iters: int = ITERS, gap: float | None = GAP,
                  max_fit_seconds: float | None = MAX_FIT_SECONDS,
                  max_fit_memory_mb: float | None = MAX_FIT_MEMORY_MB,
-                 priors: str = "exchangeable", reduce: bool = True) -> PGMSynopsis:
+                 priors: str = "exchangeable") -> PGMSynopsis:
     """Graphical-model inference over noisy views, packed as a synopsis (``priors``: the
-    shrinkage priors; ``reduce``: whether a model over the fit limits drops its weakest
-    interactions or is refused; :func:`~dpmarginals.inference.pgm.pgm_estimate`)."""
+    shrinkage priors, :func:`~dpmarginals.inference.pgm.pgm_estimate`)."""
     limits = limits_to_json(*check_limits(max_fit_seconds, max_fit_memory_mb))
     options = {"shrink": shrink, "keep": keep, "iters": iters, "gap": gap, **limits}
     if priors != "exchangeable":  # saved synopses of the exchangeable prior stay as they were
         options["priors"] = priors
-    model, fit = pgm_estimate(domain, views, reduce=reduce, **options)
+    model, fit = pgm_estimate(domain, views, **options)
     return PGMSynopsis(domain, model, method, {**info, **fit}, options)
 
 
