@@ -87,8 +87,8 @@ def test_seed_zero_is_the_fixed_grid_and_another_seed_draws_fresh_networks():
 
 
 def test_the_summary_counts_the_repeats_auto_released_by_the_numpy_inference():
-    """auto's graphical model falls back to the numpy inference when the model would be
-    reduced (test_auto); the summary names how often, per setting, next to the pick."""
+    """auto's graphical model falls back to the numpy inference when its fit is refused or
+    stopped (test_auto); the summary names how often, per setting, next to the pick."""
     import pandas as pd
 
     from dpmarginals.experiments.heldout import _summary

@@ -309,8 +309,9 @@ def _summary(frame: pd.DataFrame, quick: bool) -> str:
         cells = [f"{row[f'{m} ratio']:.3f}" if f"{m} ratio" in row and pd.notna(
             row[f"{m} ratio"]) else "-" for m in METHODS if m != "calm"]
         pick = str(picked.get(row["panel"], "")).split(":")[0]
-        if pick == "adaptive-pgm" and fallbacks.get(row["panel"], 0):
-            pick += (f" (numpy inference in {fallbacks[row['panel']]} of "
+        numpy_repeats = int(fallbacks.get(row["panel"], 0))
+        if pick == "adaptive-pgm" and numpy_repeats:
+            pick += (f" (numpy inference in {numpy_repeats} of "
                      f"{int(row['repeats'])}: fit refused or stopped)")
         lines.append(f"| {row['panel']} | {int(row['n']):,} | {int(row['d'])} | {int(row['k'])} "
                      f"| {row['epsilon']:g} | {int(row['repeats'])} | {fmt(row['calm'])} | "
