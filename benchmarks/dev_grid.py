@@ -14,6 +14,16 @@ the adaptive method's phases feed ``adaptive`` (numpy inference), ``adaptive-pgm
         --out dev.csv
     # the small-n dev grid (auto's small-n rule): the same panels at n = 2^14 and 2^15
     ... dev_grid.py --variants calm,calm-pgm-priors,adaptive --log-n 14 --out dev14.csv
+    # dev networks: the held-out generator's families from a seed range it never uses
+    ... dev_grid.py --panels networks --log-n 14 --out devnets14.csv
+
+``--panels networks`` draws :data:`DEV_NETWORKS` from
+:mod:`dpmarginals.datasets.bayesnet` with network seeds :data:`DEV_NETWORK_SEED0` + i
+(1,001-1,012; the held-out grid's are 36,001 and up, so no held-out network is ever a dev
+one), a new sample of users each repeat: the structures, value counts and margins the
+held-out benchmark draws from, for choices the CALM panels cannot inform (their n and
+marginals are few).  Held-out figures stay those of fresh draws; the real held-out data sets
+(NLTCS, ACS, T10I4D100K, Fire, Loans) have no dev counterpart.
 
 Prints per variant the geometric mean and median of the per-setting ratio to CALM, and the
 paired mean change of the log ratio against ``--baseline`` with its standard error.
@@ -33,23 +43,55 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from dpmarginals.datasets.bayesnet import NetworkSpec, random_network
 from dpmarginals.experiments.adaptive import METHODS
 from dpmarginals.experiments.beyond_calm import PANELS
 from dpmarginals.experiments.calm_figures import MAX_D, sse_tasks, task_users
-from dpmarginals.experiments.common import evaluate_synopsis
+from dpmarginals.experiments.common import evaluate_synopsis, truths
 from dpmarginals.experiments.runner import seed_for
 from dpmarginals.local.adaptive import Adaptive
 from dpmarginals.local.calm import CALM
 from dpmarginals.local.calm_pgm import CALMPGM
 from dpmarginals.local.collect import collect
+from dpmarginals.synopsis.evaluate import random_queries
 
 EPS = (0.2, 0.8, 1.4, 2.0)
 #: ``--panels multi``: multi-valued dev data (the dev grid's Adult and BR2000 with their
 #: own values, 2-41 and 2-21, and RAND HIE, 2-5 values), k = 3: panels (log2 n, d, k).
 MULTI_PANELS = {"adult": ((16, 15, 3),), "br2000": ((16, 14, 3),), "randhie": ((16, 8, 3),)}
+#: ``--panels networks``: dev networks (structure, values, margins, d), k = 3, n = 2^16 unless
+#: ``--log-n``; network i (from 1) is drawn from seed DEV_NETWORK_SEED0 + i.
+DEV_NETWORKS = (("tree", "binary", "skewed", 8), ("dense", "binary", "uniform", 12),
+                ("tree", "multi", "skewed", 12), ("dense", "mixed", "skewed", 16),
+                ("tree", "mixed", "uniform", 16), ("dense", "multi", "uniform", 8),
+                ("tree", "binary", "uniform", 24), ("dense", "binary", "skewed", 16),
+                ("tree", "multi", "uniform", 12), ("dense", "mixed", "uniform", 24),
+                ("tree", "mixed", "skewed", 32), ("dense", "binary", "skewed", 32))
+DEV_NETWORK_SEED0 = 1000
+DEV_NETWORK_LOG_N = 16
+QUERIES = 50
 SEED = 0
 VARIANTS = ("calm", "calm-pgm", "calm-pgm-priors", "adaptive", "adaptive-pgm",
             "adaptive-pgm-priors")
+
+
+def network_tasks(repeats: int, log_n: int | None = None) -> list[dict]:
+    """The dev networks' tasks (:data:`DEV_NETWORKS`), at n = 2^log_n (default 2^16)."""
+    n = 2 ** (DEV_NETWORK_LOG_N if log_n is None else log_n)
+    return [{"dataset": f"net{i}", "network": i, "panel": f"net{i} {s}/{v}/{m} d={d} n={n}",
+             "n": n, "d": d, "k": 3, "repeat": r, "queries": QUERIES, "eps": list(EPS)}
+            for i, (s, v, m, d) in enumerate(DEV_NETWORKS, 1) for r in range(repeats)]
+
+
+def network_users(task: dict) -> tuple:
+    """A dev network's users for the task's repeat, and the exact answers to its queries."""
+    i, n, r = task["network"], task["n"], task["repeat"]
+    s, v, m, d = DEV_NETWORKS[i - 1]
+    net = random_network(NetworkSpec(d, s, v, m, DEV_NETWORK_SEED0 + i))
+    data = net.sample(n, rng=seed_for(SEED, "dev-network-users", i, n, r))
+    queries = random_queries(data.domain, task["k"], task["queries"],
+                             rng=seed_for(SEED, "dev-network-queries", i, n, r))
+    return data, truths(data, queries)
 
 
 def tasks(k6: bool, repeats: int, log_n: int | None = None, multi: bool = False
@@ -72,7 +114,7 @@ def tasks(k6: bool, repeats: int, log_n: int | None = None, multi: bool = False
 
 def run(task: dict, variants: tuple[str, ...]) -> list[dict]:
     ds, n, d, k, r = task["dataset"], task["n"], task["d"], task["k"], task["repeat"]
-    data, exact = task_users(task, SEED)
+    data, exact = network_users(task) if "network" in task else task_users(task, SEED)
     rows = []
     warnings.simplefilter("ignore")
     for eps in task["eps"]:
@@ -102,8 +144,9 @@ def run(task: dict, variants: tuple[str, ...]) -> list[dict]:
                                         ("adaptive-pgm-priors", "pgm", "adaptive")):
             if name in variants:
                 clock = time.perf_counter()
-                syn = Adaptive(epsilon=eps, k=k, inference=inference,
-                               priors=priors).release(plans, counts)
+                # as auto builds it: a fit refused or stopped releases by the numpy inference
+                syn = Adaptive(epsilon=eps, k=k, inference=inference, priors=priors,
+                               pgm_fallback=True).release(plans, counts)
                 add(name, syn, time.perf_counter() - clock)
         for name in variants:  # e.g. adaptive[phases=2;share=0.3]: its own collection
             if name.startswith("adaptive["):
@@ -118,9 +161,11 @@ def run(task: dict, variants: tuple[str, ...]) -> list[dict]:
 
 
 def _design(name: str) -> dict:
-    """``adaptive[phases=2;share=0.3]`` -> ``{"phases": 2, "share": 0.3}``."""
+    """``adaptive[phases=2;share=0.3]`` -> ``{"phases": 2, "share": 0.3}``
+    (``conservative=1``: True)."""
     body = name[name.index("[") + 1:name.rindex("]")]
-    return {key: (int(value) if key == "phases" else float(value))
+    kinds = {"phases": int, "share": float, "conservative": lambda v: bool(int(v))}
+    return {key: kinds[key](value)
             for key, value in (item.split("=") for item in body.split(";") if item)}
 
 
@@ -151,8 +196,9 @@ def main() -> int:
     ap.add_argument("--baseline", default="adaptive")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--k6", action="store_true", help="also the k = 6 panels")
-    ap.add_argument("--panels", choices=("calm", "multi"), default="calm",
-                    help="CALM Fig. 4/5's panels or the multi-valued dev panels")
+    ap.add_argument("--panels", choices=("calm", "multi", "networks"), default="calm",
+                    help="CALM Fig. 4/5's panels, the multi-valued dev panels or the dev "
+                         "networks")
     ap.add_argument("--log-n", type=int, default=None,
                     help="every panel at n = 2^LOG_N users (default: the paper's n)")
     ap.add_argument("--jobs", type=int, default=1)
@@ -164,7 +210,8 @@ def main() -> int:
     variants = tuple(args.variants.split(","))
     out = Path(args.out)
     if not args.summary_only:
-        todo = tasks(args.k6, args.repeats, args.log_n, args.panels == "multi")[args.start:]
+        todo = (network_tasks(args.repeats, args.log_n) if args.panels == "networks" else
+                tasks(args.k6, args.repeats, args.log_n, args.panels == "multi"))[args.start:]
         with out.open("w", newline="") as fh:
             writer = None
             with ProcessPoolExecutor(args.jobs) as pool:

@@ -112,3 +112,30 @@ def test_the_summary_counts_the_repeats_auto_released_by_the_numpy_inference():
     assert first.endswith("| adaptive-pgm (numpy inference in 1 of 2: fit refused or "
                           "stopped) |")
     assert second.endswith("| adaptive-pgm |")
+
+
+def _dev_grid():
+    """benchmarks/dev_grid.py as a module (the benchmarks are scripts, not a package)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "dev_grid.py"
+    spec = importlib.util.spec_from_file_location("dev_grid", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_dev_networks_never_draw_a_held_out_network():
+    """The dev grid's networks (where rules may be chosen) come from seeds no held-out draw
+    of any experiment seed uses, and are new users each repeat."""
+    dev = _dev_grid()
+    seeds = [dev.DEV_NETWORK_SEED0 + i for i in range(1, len(dev.DEV_NETWORKS) + 1)]
+    held = [s.spec(seed).seed for seed in range(10) for s in SETTINGS if s.dataset == "bn"]
+    assert max(seeds) < NETWORK_SEED0 < min(held) and not set(seeds) & set(held)
+    tasks = dev.network_tasks(2, log_n=10)
+    assert len(tasks) == 2 * len(dev.DEV_NETWORKS) and {t["n"] for t in tasks} == {1024}
+    first, again, other = (dev.network_users(t)[0] for t in (tasks[0], tasks[0], tasks[1]))
+    assert np.array_equal(first.codes, again.codes)
+    assert not np.array_equal(first.codes, other.codes)  # repeat 1: a new sample
+    assert first.d == dev.DEV_NETWORKS[0][3] and set(first.domain.sizes) == {2}
