@@ -151,7 +151,8 @@ TUNED: dict[str, Tuned] = {
         "the graphical model with the adaptive method's priors against the numpy inference: "
         "-2.0% +- 0.7% at the paper's n (worse in 8 of 36 settings, by at most 5.8%; best "
         "-16%), -2.1% +- 0.7% at n = 2^14 (worse in 9, at most 2.4%), -3.2% +- 1.3% on the "
-        "multi-valued panels (worse in 2, at most 0.5%), at 11 s a release (median 4 s, "
+        "multi-valued panels (worse in 2, at most 0.5%; later, on the dev networks at n = "
+        "2^16, -5.4% +- 1.3%), at 11 s a release (median 4 s, "
         "largest 55 s) against 0.2 s; kept the numpy inference until issue #36's third stop "
         "for the time; taken when the pgm extra is installed, since auto's one-phase pick "
         "(calm-pgm) spends the same fit, and the numpy inference otherwise",
@@ -169,7 +170,8 @@ TUNED: dict[str, Tuned] = {
         "rechecked at small n: CALM's panels at n = 2^14 (calm-pgm +19.6% +- 6.8%, the "
         "adaptive method better in 28 of 36) and the dev networks at n = 2^14 (dev_grid.py "
         "--panels networks, 48 settings: calm-pgm +27.0% +- 9.3%, better in 14 of 48, no "
-        "public fact behind them)",
+        "public fact behind them); the dev networks at n = 2^16: calm-pgm +18.6% +- 3.2%, "
+        "better in 6 of 48",
         "geometric mean over settings of the ratio to CALM"),
 }
 
