@@ -10,8 +10,15 @@ from scipy import integrate, stats
 
 from dpmarginals.core.dataset import Dataset
 from dpmarginals.core.domain import Domain
+from dpmarginals.inference import shrinkage
 from dpmarginals.inference.shrinkage import eb_shrink, fit_mixture
-from dpmarginals.inference.signed_prior import _components, fit_signed
+from dpmarginals.inference.signed_prior import (
+    SIGN_TEST_LEVEL,
+    _components,
+    fit_signed,
+    prefers_sign,
+    sign_statistic,
+)
 from dpmarginals.inference.views import NoisyView
 
 
@@ -126,3 +133,70 @@ def test_eb_shrink_uses_it_only_for_binary_blocks() -> None:
             axis = tuple(i for i, b in enumerate(s) if b != a)
             np.testing.assert_allclose(signed.tables[s].sum(axis=axis), signed.tables[(a,)],
                                        atol=1e-12)
+
+
+@pytest.mark.parametrize("sizes", [[1.0] * 10, [0.3, 1.0, 2.0, 0.5, 4.0, 1.5, 0.2, 3.0, 1.1, 0.7]])
+def test_sign_statistic_has_mean_0_and_variance_1_over_every_sign_flip(sizes: list[float]
+                                                                        ) -> None:
+    """Enumerated over all 2^10 sign flips of fixed sizes (the test's null: no preferred
+    sign), the statistic's mean is 0 and its variance 1, for any noise variances; with equal
+    sizes it rejects exactly the binomial tail |#pos - #neg| > z sqrt(n)."""
+    size = np.array(sizes)
+    noise = np.linspace(0.5, 2.0, size.size) ** 2
+    flips = np.array(np.meshgrid(*[[-1.0, 1.0]] * size.size)).reshape(size.size, -1).T
+    t = np.array([sign_statistic(f * size * np.sqrt(noise), noise) for f in flips])
+    assert t.mean() == pytest.approx(0.0, abs=1e-12)
+    assert (t**2).mean() == pytest.approx(1.0, rel=1e-12)
+    if len(set(sizes)) == 1:
+        cut = stats.norm.isf(SIGN_TEST_LEVEL / 2) * math.sqrt(size.size)
+        expect = np.abs(flips.sum(axis=1)) > cut
+        got = [prefers_sign(f * size * np.sqrt(noise), noise) for f in flips]
+        np.testing.assert_array_equal(got, expect)
+
+
+def test_prefers_sign_rarely_fires_without_a_preference_and_finds_one_sided_energy() -> None:
+    """400 seeded orders of 40 blocks whose interactions have random signs: the test fires
+    in at most 5% + 4.5 standard errors of them (the normal approximation's level; a failure
+    with probability < 1e-5 if it holds).  40 blocks whose interactions (prior sd 3x the
+    noise's) all take one sign: the statistic's mean is about 4.7, so missing it (|T| <
+    1.96) is a > 3.5-sd event per draw; none of 50 draws of either sign may miss."""
+    gen = np.random.default_rng(36)
+    noise = gen.uniform(0.5, 2.0, 40) ** 2
+    fired = 0
+    for _ in range(400):
+        mu = gen.normal(0.0, 3.0, 40) * np.sqrt(noise)
+        fired += prefers_sign(mu + gen.normal(0.0, 1.0, 40) * np.sqrt(noise), noise)
+    se = math.sqrt(SIGN_TEST_LEVEL * (1 - SIGN_TEST_LEVEL) / 400)
+    assert fired / 400 <= SIGN_TEST_LEVEL + 4.5 * se
+    for sign in (1.0, -1.0):
+        for _ in range(50):
+            mu = sign * np.abs(gen.normal(0.0, 3.0, 40)) * np.sqrt(noise)
+            assert prefers_sign(mu + gen.normal(0.0, 1.0, 40) * np.sqrt(noise), noise)
+
+
+@pytest.mark.parametrize("prefers", [True, False])
+def test_eb_shrink_sign_test_picks_the_signed_prior_or_the_scale_mixture(
+        prefers: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``sign_test=True``: an order whose residuals pass the test is shrunk exactly as
+    ``signs=True`` shrinks it, one that does not exactly as the scale mixture does."""
+    sets = [("a", "b"), ("b", "c"), ("a", "c"), ("c", "d")]
+    binary = _dataset({"a": 2, "b": 2, "c": 2, "d": 2}, 1)
+    views = _views(binary, sets, 1e-4, 2)
+    monkeypatch.setattr(shrinkage, "prefers_sign", lambda r, v: prefers)
+    tested = eb_shrink(binary.domain, views, signs=True, sign_test=True)
+    same = eb_shrink(binary.domain, views, signs=prefers)
+    for s in sets:
+        np.testing.assert_array_equal(tested.tables[s], same.tables[s])
+
+
+def test_positively_associated_binary_pairs_pass_the_sign_test() -> None:
+    """Four binary attributes that all copy one coin half the time: every pair is positively
+    associated, the pairs' residuals pass the test and keep the signed prior (the 1-way
+    marginals shrunk toward their centre, as the releases do)."""
+    sets = [("a", "b"), ("b", "c"), ("a", "c"), ("c", "d"), ("a", "d"), ("b", "d")]
+    binary = _dataset({"a": 2, "b": 2, "c": 2, "d": 2}, 1)
+    views = _views(binary, sets, 1e-6, 2)
+    tested = eb_shrink(binary.domain, views, signs=True, sign_test=True, location=True)
+    signed = eb_shrink(binary.domain, views, signs=True, location=True)
+    for s in sets:
+        np.testing.assert_array_equal(tested.tables[s], signed.tables[s])

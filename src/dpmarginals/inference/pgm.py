@@ -287,7 +287,8 @@ def pgm_estimate(
 
     ``priors``: the shrinkage priors (:data:`PRIORS`): ``"exchangeable"`` (calm-pgm's: one
     scale mixture per order) or ``"adaptive"`` (the adaptive method's numpy release's: pairs'
-    prior scaled by capacity, binary interactions' sign learned, binary 1-way marginals
+    prior scaled by capacity, binary interactions' sign learned where the residuals show
+    one, binary 1-way marginals
     toward their common centre; :func:`eb_shrink` with ``capacity``, ``signs``, ``location``).
 
     ``shrink=False`` gives the plain ``mbi`` estimator on the noisy views (every view a
@@ -309,7 +310,8 @@ def pgm_estimate(
         raise DPMarginalsError(f"priors must be one of {', '.join(PRIORS)}, got {priors!r}")
     if shrink:
         shrunk = (eb_shrink(domain, views) if priors == "exchangeable" else
-                  eb_shrink(domain, views, capacity=CAPACITY_ORDERS, signs=True, location=True))
+                  eb_shrink(domain, views, capacity=CAPACITY_ORDERS, signs=True,
+                            sign_test=True, location=True))
         sets = [domain.in_order(v.attributes) for v in views]
         info: dict[str, Any] = {
             "shrink": True, "keep": keep, "priors": priors,

@@ -41,7 +41,7 @@ from dpmarginals.inference import location_prior
 from dpmarginals.inference.grid_mixture import fit_scale_mixture
 from dpmarginals.inference.helmert import project, top, with_top
 from dpmarginals.inference.maxent import max_entropy
-from dpmarginals.inference.signed_prior import fit_signed, single_coefficients
+from dpmarginals.inference.signed_prior import fit_signed, prefers_sign, single_coefficients
 
 __all__ = [
     "CAPACITY_ORDERS",
@@ -135,7 +135,7 @@ def capacity_scale(subs: Sequence[Sequence[str]], dims: Sequence[int],
 
 def eb_shrink(domain: Domain, views: Sequence[NoisyMarginal], *,
               first_order: bool = True, capacity: Sequence[int] = (), signs: bool = False,
-              location: bool = False,
+              sign_test: bool = False, location: bool = False,
               energies: Callable[[tuple[str, ...]], float] | None = None) -> ShrinkResult:
     """Pool, then shrink every marginal's top-order interaction toward max-entropy.
 
@@ -145,7 +145,11 @@ def eb_shrink(domain: Domain, views: Sequence[NoisyMarginal], *,
     scales with each set's capacity (:func:`capacity_scale`; the adaptive method passes
     :data:`CAPACITY_ORDERS`).  ``signs=True``: orders whose blocks are single coefficients
     (binary attributes) get a prior that learns which sign the data's interactions take
-    (:mod:`~dpmarginals.inference.signed_prior`; the adaptive method's).  ``location=True``:
+    (:mod:`~dpmarginals.inference.signed_prior`; the adaptive method's); with
+    ``sign_test=True`` only the orders whose residuals pass
+    :func:`~dpmarginals.inference.signed_prior.prefers_sign`, the others the scale mixture
+    (the adaptive method's releases; its planner's energies keep the untested prior).
+    ``location=True``:
     binary 1-way marginals are shrunk toward their common centre, not toward uniform
     (:mod:`~dpmarginals.inference.location_prior`; the adaptive method's release).  ``energies``:
     known interaction energies (e.g. a public sample's,
@@ -202,9 +206,9 @@ def eb_shrink(domain: Domain, views: Sequence[NoisyMarginal], *,
                  if order in capacity else None)
         noises = np.array([noise[s] for s, _, _ in items])
         if order == 1 and location:
-            facs, kept, prior[order] = _shrink_one_way(resid, noises, scale, signs)
+            facs, kept, prior[order] = _shrink_one_way(resid, noises, scale, signs, sign_test)
         else:
-            facs, kept, prior[order] = _shrink_blocks(resid, noises, scale, signs)
+            facs, kept, prior[order] = _shrink_blocks(resid, noises, scale, signs, sign_test)
         if energies is not None:
             known = np.array([float(energies(s)) for s, _, _ in items])
             bad = np.flatnonzero(~(np.isfinite(known) & (known >= 0)))
@@ -225,11 +229,14 @@ Shrunk = tuple[np.ndarray, list[np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 
 def _shrink_blocks(resid: list[np.ndarray], noises: np.ndarray, scale: np.ndarray | None,
-                   signs: bool) -> Shrunk:
+                   signs: bool, sign_test: bool = False) -> Shrunk:
     """One order's blocks shrunk toward 0: the signed prior when ``signs`` and every block is
-    one coefficient, else the scale mixture.  Returns the kept fractions, the shrunk blocks
-    and the fitted prior (variances, weights)."""
+    one coefficient (and, with ``sign_test``, the residuals prefer a sign), else the scale
+    mixture.  Returns the kept fractions, the shrunk blocks and the fitted prior (variances,
+    weights)."""
     single = single_coefficients(resid) if signs else None
+    if single is not None and sign_test and not prefers_sign(single, noises):
+        single = None
     if single is not None:  # binary attributes: signed_prior
         fit = fit_signed(single, noises, scale)
         return (fit.kept, [np.reshape(m, r.shape) for m, r in zip(fit.mean, resid, strict=True)],
@@ -239,13 +246,13 @@ def _shrink_blocks(resid: list[np.ndarray], noises: np.ndarray, scale: np.ndarra
 
 
 def _shrink_one_way(resid: list[np.ndarray], noises: np.ndarray, scale: np.ndarray | None,
-                    signs: bool) -> Shrunk:
+                    signs: bool, sign_test: bool) -> Shrunk:
     """1-way blocks with ``location=True``: the binary attributes' toward their common centre
     (:mod:`~dpmarginals.inference.location_prior`, when there are enough of them), the other
     attributes' as :func:`_shrink_blocks` does, fitted among themselves."""
     binary = [i for i, r in enumerate(resid) if r.size == 1]
     if len(binary) < location_prior.MIN_BLOCKS:
-        return _shrink_blocks(resid, noises, scale, signs)
+        return _shrink_blocks(resid, noises, scale, signs, sign_test)
     loc = location_prior.fit_location(np.array([float(resid[i].ravel()[0]) for i in binary]),
                                       noises[binary])
     facs, kept = np.ones(len(resid)), list(resid)
@@ -254,7 +261,8 @@ def _shrink_one_way(resid: list[np.ndarray], noises: np.ndarray, scale: np.ndarr
     others = [i for i, r in enumerate(resid) if r.size > 1]
     if others:
         part, shrunk, _ = _shrink_blocks([resid[i] for i in others], noises[others],
-                                         None if scale is None else scale[others], signs)
+                                         None if scale is None else scale[others], signs,
+                                         sign_test)
         for j, i in enumerate(others):
             facs[i], kept[i] = part[j], shrunk[j]
     return facs, kept, (loc.variances, loc.weights)

@@ -31,10 +31,12 @@ planned the same way from every earlier phase's reports, and the last takes the 
    only), or the graphical model (``inference="pgm"``, the optional extra; its shrinkage
    keeps calm-pgm's exchangeable prior).
 
-Binary attributes' interactions are single coefficients whose sign real data prefer
+Binary attributes' interactions are single coefficients whose sign real data may prefer
 (Kosarak's pairs positive, MSNBC's triples negative); steps 2 and 4 learn that preference
-(:mod:`dpmarginals.inference.signed_prior`).  Step 4 also shrinks binary 1-way marginals
-toward their common centre rather than toward uniform
+(:mod:`dpmarginals.inference.signed_prior`), step 4 only for the orders whose residuals show
+one (:func:`~dpmarginals.inference.signed_prior.prefers_sign`: a random network's pairs have
+none, and a signed fit to their chance asymmetry costs accuracy).  Step 4 also shrinks
+binary 1-way marginals toward their common centre rather than toward uniform
 (:mod:`dpmarginals.inference.location_prior`): items are rare together.
 
 Each phase's plan is post-processing of earlier phases' private reports and every user
@@ -142,7 +144,8 @@ def shrunk_synopsis(domain: Domain, views: Sequence[NoisyView], method: str,
     through :func:`~dpmarginals.synopsis.base.consistent_synopsis`, which makes them
     non-negative, and queries no set contains are answered by maximum entropy.
     """
-    shrunk = eb_shrink(domain, views, capacity=CAPACITY_ORDERS, signs=True, location=True)
+    shrunk = eb_shrink(domain, views, capacity=CAPACITY_ORDERS, signs=True, sign_test=True,
+                       location=True)
     sets = {domain.in_order(v.attributes) for v in views}
     maximal = sorted((s for s in sets if not any(set(s) < set(o) for o in sets)),
                      key=lambda s: (len(s), s))
