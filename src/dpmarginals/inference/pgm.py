@@ -288,8 +288,8 @@ def pgm_estimate(
     ``priors``: the shrinkage priors (:data:`PRIORS`): ``"exchangeable"`` (calm-pgm's: one
     scale mixture per order) or ``"adaptive"`` (the adaptive method's numpy release's: pairs'
     prior scaled by capacity, binary interactions' sign learned where the residuals show
-    one, binary 1-way marginals
-    toward their common centre; :func:`eb_shrink` with ``capacity``, ``signs``, ``location``).
+    one, binary 1-way marginals toward their common centre; :func:`eb_shrink` with
+    ``capacity``, ``signs``, ``sign_test``, ``location``).
 
     ``shrink=False`` gives the plain ``mbi`` estimator on the noisy views (every view a
     measurement with its stddev).  ``cliques`` fixes the selected cliques (a re-fit with

@@ -149,9 +149,9 @@ def eb_shrink(domain: Domain, views: Sequence[NoisyMarginal], *,
     ``sign_test=True`` only the orders whose residuals pass
     :func:`~dpmarginals.inference.signed_prior.prefers_sign`, the others the scale mixture
     (the adaptive method's releases; its planner's energies keep the untested prior).
-    ``location=True``:
-    binary 1-way marginals are shrunk toward their common centre, not toward uniform
-    (:mod:`~dpmarginals.inference.location_prior`; the adaptive method's release).  ``energies``:
+    ``location=True``: binary 1-way marginals are shrunk toward their common centre, not
+    toward uniform (:mod:`~dpmarginals.inference.location_prior`; the adaptive method's
+    release).  ``energies``:
     known interaction energies (e.g. a public sample's,
     :meth:`~dpmarginals.planning.optimal.Structure.energy_of`): each block is then
     shrunk by ``E / (E + D v)``, the factor the planner's prediction assumes, instead of the

@@ -16,8 +16,9 @@ prefer and more when it has the other.  Where the data have no preferred sign th
 symmetric and the shrinkage the scale mixture's in expectation; with few blocks, though, the
 maximum-likelihood weights take the noise's chance asymmetry for a preference.
 :func:`prefers_sign` tests for one first (the sign-flip test of the self-normalized sum of
-the blocks' z-scores, exact in its null of symmetry, Efron 1969): the releases use the signed
-prior only for an order whose residuals pass it (``eb_shrink(..., sign_test=True)``).
+the blocks' z-scores, valid under its null of symmetry whatever the blocks' sizes; Efron
+1969): the releases use the signed prior only for an order whose residuals pass it
+(``eb_shrink(..., sign_test=True)``).
 """
 
 from __future__ import annotations
@@ -85,9 +86,9 @@ def single_coefficients(resid: Sequence[np.ndarray]) -> np.ndarray | None:
 def sign_statistic(resid: np.ndarray, noise: np.ndarray) -> float:
     """``T = sum_b z_b / sqrt(sum_b z_b^2)``, ``z_b = r_b / sqrt(v_b)``: under the null that
     the residuals' distribution is symmetric about 0 (no preferred sign), every sign flip of
-    the z's is equally likely given their sizes, so ``T`` has mean 0 and variance 1 and its
-    tails are at most the normal's (Efron 1969, "Student's t-test under symmetry
-    conditions"); 0 when every residual is 0."""
+    the z's is equally likely given their sizes, so ``T`` has mean 0 and variance 1, and at
+    the usual levels the standard normal's quantile is conservative for it (Efron 1969,
+    "Student's t-test under symmetry conditions"); 0 when every residual is 0."""
     z = np.asarray(resid, dtype=np.float64).ravel() / np.sqrt(
         np.asarray(noise, dtype=np.float64).ravel())
     norm = float(np.sqrt((z**2).sum()))
