@@ -142,10 +142,9 @@ TUNED: dict[str, Tuned] = {
         "(settings above CALM 8 -> 6), -1.9% +- 0.6% at 2^16, CALM panels +0.2% +- 0.7% "
         "(auto's pick, the graphical model on the phases: dev networks at 2^14 -2.0% +- "
         "0.8%, above CALM 7 -> 5; CALM panels +0.6% +- 0.6%); the test in planning too: "
-        "-4.7% +- 2.4% at 2^14 but -0.6% +- 1.8% at 2^16 "
-        "(2 settings above CALM, none before) and +1.9% +- 2.8% on the CALM panels; the "
-        "signed prior not in the release: +2.8% +- 1.4% on the CALM panels (Kosarak +6.5%), "
-        "nowhere: +2.8% +- 2.4%; the "
+        "-4.7% +- 2.4% at 2^14 but -0.6% +- 1.8% at 2^16 (2 settings above CALM, none "
+        "before) and +1.9% +- 2.8% on the CALM panels; the signed prior not in the release: "
+        "+2.8% +- 1.4% on the CALM panels (Kosarak +6.5%), nowhere: +2.8% +- 2.4%; the "
         "statistic weighted by |z| (sum z|z| / sqrt(sum z^4)), planning and release: +4.3% "
         "+- 2.7% on the CALM panels",
         "paired mean change of the log ratio to CALM"),

@@ -229,7 +229,7 @@ Shrunk = tuple[np.ndarray, list[np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 
 def _shrink_blocks(resid: list[np.ndarray], noises: np.ndarray, scale: np.ndarray | None,
-                   signs: bool, sign_test: bool = False) -> Shrunk:
+                   signs: bool, sign_test: bool) -> Shrunk:
     """One order's blocks shrunk toward 0: the signed prior when ``signs`` and every block is
     one coefficient (and, with ``sign_test``, the residuals prefer a sign), else the scale
     mixture.  Returns the kept fractions, the shrunk blocks and the fitted prior (variances,
