@@ -39,7 +39,7 @@ from dpmarginals.core.domain import Domain
 from dpmarginals.core.errors import DPMarginalsError
 from dpmarginals.inference import location_prior
 from dpmarginals.inference.grid_mixture import fit_scale_mixture
-from dpmarginals.inference.helmert import project, top, with_top
+from dpmarginals.inference.helmert import project, top, transform, with_top
 from dpmarginals.inference.maxent import max_entropy
 from dpmarginals.inference.signed_prior import fit_signed, prefers_sign, single_coefficients
 
@@ -195,7 +195,7 @@ def eb_shrink(domain: Domain, views: Sequence[NoisyMarginal], *,
                 pooled = pooled - (pooled.sum() - 1.0) / pooled.size  # the total is known: 1
                 base = np.full(pooled.shape, 1.0 / pooled.size)
             else:
-                base = maxent_base(sub, tables, sizes)
+                base = facet_consistent(sub, maxent_base(sub, tables, sizes), tables)
             items.append((sub, pooled, base))
         if order == 1 and not first_order:
             for sub, pooled, _ in items:
@@ -276,6 +276,26 @@ def maxent_base(sub: tuple[str, ...], tables: Mapping[tuple[str, ...], np.ndarra
         t = np.clip(tables[tuple(sub[i] for i in facet)], 1e-12, None)
         cons.append((facet, t / t.sum()))
     return max_entropy(tuple(range(len(sub))), cons, [sizes[a] for a in sub])
+
+
+def facet_consistent(sub: tuple[str, ...], base: np.ndarray,
+                     tables: Mapping[tuple[str, ...], np.ndarray]) -> np.ndarray:
+    """``base`` with every coefficient below its top block taken from ``sub``'s facets.
+
+    :func:`maxent_base` fits clipped facets (max entropy needs them >= 0), so where a shrunk
+    facet has a negative cell the base's lower-order marginals differ from it.  In the
+    Helmert basis a coefficient that is constant along attribute ``a`` is the facet
+    ``sub - a``'s coefficient over ``sqrt(c_a)``, so the facets fix every coefficient but the
+    top block: replacing them keeps the table's marginals exactly the facets' (consistent
+    facets give consistent tables) and keeps the max-entropy interaction.
+    """
+    coef = transform(base)
+    for i, a in enumerate(sub):
+        facet = tuple(b for b in sub if b != a)
+        at: list[Any] = [slice(None)] * len(sub)
+        at[i] = 0
+        coef[tuple(at)] = transform(tables[facet]) / math.sqrt(base.shape[i])
+    return transform(coef, inverse=True)
 
 
 #: Orders whose shrinkage prior the adaptive method scales with each set's capacity
