@@ -147,6 +147,11 @@ def test_sign_statistic_has_mean_0_and_variance_1_over_every_sign_flip(sizes: li
     t = np.array([sign_statistic(f * size * np.sqrt(noise), noise) for f in flips])
     assert t.mean() == pytest.approx(0.0, abs=1e-12)
     assert (t**2).mean() == pytest.approx(1.0, rel=1e-12)
+    # scale-free, and finite where z^2 would overflow
+    for f in flips[:8]:
+        r = f * size * np.sqrt(noise)
+        assert sign_statistic(r * 1e300, noise) == pytest.approx(sign_statistic(r, noise),
+                                                                  rel=1e-12)
     if len(set(sizes)) == 1:
         cut = stats.norm.isf(SIGN_TEST_LEVEL / 2) * math.sqrt(size.size)
         expect = np.abs(flips.sum(axis=1)) > cut
