@@ -86,6 +86,8 @@ def test_each_user_reports_once_and_each_phase_depends_only_on_the_earlier_ones(
     synopsis = method.release(plans, counts)
     assert synopsis.info["n"] == data.n and synopsis.info["phases"] == phases
     assert len(synopsis.info["groups"]) == sum(p.m for p in plans)
+    assert set(synopsis.info["prior_kind"]) == {"1", "2"}  # which prior shrank each order
+    assert synopsis.info["prior_kind"]["2"] in ("signed", "mixture")
     with pytest.raises(DPMarginalsError, match=f"has {phases} phases and all have a plan"):
         method.next_phase(plans, counts)
     if phases > 2:  # a chain out of order, or with a phase from elsewhere, is refused

@@ -192,6 +192,8 @@ def test_eb_shrink_sign_test_picks_the_signed_prior_or_the_scale_mixture(
     same = eb_shrink(binary.domain, views, signs=prefers)
     for s in sets:
         np.testing.assert_array_equal(tested.tables[s], same.tables[s])
+    kind = "signed" if prefers else "mixture"  # every order here is binary
+    assert tested.prior_kind == {1: kind, 2: kind} == same.prior_kind
 
 
 def test_positively_associated_binary_pairs_pass_the_sign_test() -> None:

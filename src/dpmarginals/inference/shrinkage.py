@@ -72,13 +72,19 @@ class ShrinkResult:
     ``tables[S]``: the marginal on S (attributes in domain order); ``factor[S]``: how much
     of S's top-order interaction beyond max-entropy was kept (0 = none, 1 = all);
     ``noise[S]``: the variance of one coefficient of S's pooled noisy estimate;
-    ``prior[j]``: the fitted mixture (grid of variances, weights) of order j.
+    ``prior[j]``: the fitted mixture (grid of variances, weights) of order j;
+    ``prior_kind[j]``: which prior order j's blocks were shrunk under: ``"mixture"`` (the
+    scale mixture), ``"signed"`` (:mod:`~dpmarginals.inference.signed_prior`),
+    ``"location"`` (binary 1-way blocks toward their centre,
+    :mod:`~dpmarginals.inference.location_prior`; the others' by the mixture),
+    ``"known energies"`` or ``"none"`` (left unshrunk).
     """
 
     tables: dict[tuple[str, ...], np.ndarray]
     factor: dict[tuple[str, ...], float]
     noise: dict[tuple[str, ...], float]
     prior: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    prior_kind: dict[int, str] = field(default_factory=dict)
 
     def prior_variance(self, order: int) -> float:
         """Mean prior variance of one order-``order`` coefficient (nan if unmeasured)."""
@@ -176,6 +182,7 @@ def eb_shrink(domain: Domain, views: Sequence[NoisyMarginal], *,
     factor: dict[tuple[str, ...], float] = {}
     noise: dict[tuple[str, ...], float] = {}
     prior: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    kind: dict[int, str] = {}
     top_order = max(len(a) for a, _, _ in canon)
     for order in range(1, top_order + 1):
         items = []
@@ -200,15 +207,18 @@ def eb_shrink(domain: Domain, views: Sequence[NoisyMarginal], *,
         if order == 1 and not first_order:
             for sub, pooled, _ in items:
                 tables[sub], factor[sub] = pooled, 1.0
+            kind[order] = "none"
             continue
         resid = [top(p) - top(b) for _, p, b in items]
         scale = (capacity_scale([s for s, _, _ in items], [r.size for r in resid], tables)
                  if order in capacity else None)
         noises = np.array([noise[s] for s, _, _ in items])
         if order == 1 and location:
-            facs, kept, prior[order] = _shrink_one_way(resid, noises, scale, signs, sign_test)
+            facs, kept, prior[order], kind[order] = _shrink_one_way(resid, noises, scale, signs,
+                                                                    sign_test)
         else:
-            facs, kept, prior[order] = _shrink_blocks(resid, noises, scale, signs, sign_test)
+            facs, kept, prior[order], kind[order] = _shrink_blocks(resid, noises, scale, signs,
+                                                                   sign_test)
         if energies is not None:
             known = np.array([float(energies(s)) for s, _, _ in items])
             bad = np.flatnonzero(~(np.isfinite(known) & (known >= 0)))
@@ -219,30 +229,31 @@ def eb_shrink(domain: Domain, views: Sequence[NoisyMarginal], *,
                                                                               strict=True)])
             facs = known / np.maximum(known + block_noise, 1e-300)
             kept = [f * r for f, r in zip(facs, resid, strict=True)]
+            kind[order] = "known energies"
         for (sub, _, base), r, f in zip(items, kept, facs, strict=True):
             tables[sub] = with_top(base, top(base) + r)
             factor[sub] = float(f)
-    return ShrinkResult(tables, factor, noise, prior)
+    return ShrinkResult(tables, factor, noise, prior, kind)
 
 
-Shrunk = tuple[np.ndarray, list[np.ndarray], tuple[np.ndarray, np.ndarray]]
+Shrunk = tuple[np.ndarray, list[np.ndarray], tuple[np.ndarray, np.ndarray], str]
 
 
 def _shrink_blocks(resid: list[np.ndarray], noises: np.ndarray, scale: np.ndarray | None,
                    signs: bool, sign_test: bool) -> Shrunk:
     """One order's blocks shrunk toward 0: the signed prior when ``signs`` and every block is
     one coefficient (and, with ``sign_test``, the residuals prefer a sign), else the scale
-    mixture.  Returns the kept fractions, the shrunk blocks and the fitted prior (variances,
-    weights)."""
+    mixture.  Returns the kept fractions, the shrunk blocks, the fitted prior (variances,
+    weights) and its kind ("signed" or "mixture")."""
     single = single_coefficients(resid) if signs else None
     if single is not None and sign_test and not prefers_sign(single, noises):
         single = None
     if single is not None:  # binary attributes: signed_prior
         fit = fit_signed(single, noises, scale)
         return (fit.kept, [np.reshape(m, r.shape) for m, r in zip(fit.mean, resid, strict=True)],
-                (fit.variances, fit.weights))
+                (fit.variances, fit.weights), "signed")
     grid, weights, facs = fit_mixture(resid, noises, scale=scale)
-    return facs, [f * r for f, r in zip(facs, resid, strict=True)], (grid, weights)
+    return facs, [f * r for f, r in zip(facs, resid, strict=True)], (grid, weights), "mixture"
 
 
 def _shrink_one_way(resid: list[np.ndarray], noises: np.ndarray, scale: np.ndarray | None,
@@ -260,12 +271,12 @@ def _shrink_one_way(resid: list[np.ndarray], noises: np.ndarray, scale: np.ndarr
         facs[i], kept[i] = loc.kept[j], np.reshape(loc.mean[j], resid[i].shape)
     others = [i for i, r in enumerate(resid) if r.size > 1]
     if others:
-        part, shrunk, _ = _shrink_blocks([resid[i] for i in others], noises[others],
+        part, shrunk, _, _ = _shrink_blocks([resid[i] for i in others], noises[others],
                                          None if scale is None else scale[others], signs,
                                          sign_test)
         for j, i in enumerate(others):
             facs[i], kept[i] = part[j], shrunk[j]
-    return facs, kept, (loc.variances, loc.weights)
+    return facs, kept, (loc.variances, loc.weights), "location"
 
 
 def maxent_base(sub: tuple[str, ...], tables: Mapping[tuple[str, ...], np.ndarray],

@@ -155,7 +155,9 @@ def shrunk_synopsis(domain: Domain, views: Sequence[NoisyView], method: str,
                     for s in maximal]
     factors = {str(j): float(np.mean([f for s, f in shrunk.factor.items() if len(s) == j]))
                for j in sorted({len(s) for s in shrunk.factor})}
-    return consistent_synopsis(domain, shrunk_views, method, {**info, "kept_fraction": factors})
+    kinds = {str(j): k for j, k in sorted(shrunk.prior_kind.items())}
+    return consistent_synopsis(domain, shrunk_views, method,
+                               {**info, "kept_fraction": factors, "prior_kind": kinds})
 
 
 @dataclass(frozen=True)
