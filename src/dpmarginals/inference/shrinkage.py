@@ -50,6 +50,7 @@ __all__ = [
     "capacity_scale",
     "concentration",
     "eb_shrink",
+    "facet_consistent",
     "fit_mixture",
     "interaction_capacity",
     "maxent_base",
@@ -272,8 +273,8 @@ def _shrink_one_way(resid: list[np.ndarray], noises: np.ndarray, scale: np.ndarr
     others = [i for i, r in enumerate(resid) if r.size > 1]
     if others:
         part, shrunk, _, _ = _shrink_blocks([resid[i] for i in others], noises[others],
-                                         None if scale is None else scale[others], signs,
-                                         sign_test)
+                                            None if scale is None else scale[others], signs,
+                                            sign_test)
         for j, i in enumerate(others):
             facs[i], kept[i] = part[j], shrunk[j]
     return facs, kept, (loc.variances, loc.weights), "location"
