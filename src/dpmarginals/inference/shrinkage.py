@@ -12,7 +12,8 @@ all blocks of the same order (adaptive shrinkage, Stephens 2017, "False discover
 a new deal", on a grid of prior variances).  The noise variance of each block is known
 (the oracle's), so noise-dominated interactions are pulled to their max-entropy value and
 strong ones are kept.  This is post-processing: it costs no privacy.  The shrunk
-marginals are consistent by construction.  numpy only.
+marginals are consistent by construction, also where a noisy facet has a negative cell
+(:func:`facet_consistent`).  numpy only.
 
 >>> import numpy as np
 >>> from dpmarginals.core.domain import Domain
