@@ -316,12 +316,9 @@ def pgm_estimate(
         info: dict[str, Any] = {
             "shrink": True, "keep": keep, "priors": priors,
             "prior_variance": {str(j): shrunk.prior_variance(j) for j in sorted(shrunk.prior)},
-            "prior_kind": {str(j): k for j, k in sorted(shrunk.prior_kind.items())},
             "shrink_factors": {",".join(sorted(sub)): round(f, 6)
                                for sub, f in shrunk.factor.items()},
-            "kept_fraction": {str(j): float(np.mean([f for s, f in shrunk.factor.items()
-                                                     if len(s) == j]))
-                              for j in sorted({len(s) for s in shrunk.factor})},
+            **shrunk.per_order(),
         }
         if cliques is None:
             unbounded = select_cliques(sets, shrunk, keep=keep)

@@ -88,6 +88,14 @@ class ShrinkResult:
     prior: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     prior_kind: dict[int, str] = field(default_factory=dict)
 
+    def per_order(self) -> dict[str, dict[str, Any]]:
+        """What a release's info records of the shrinkage, per order (JSON keys):
+        ``kept_fraction`` (the mean kept fraction) and ``prior_kind``."""
+        orders = sorted({len(s) for s in self.factor})
+        return {"kept_fraction": {str(j): float(np.mean([f for s, f in self.factor.items()
+                                                          if len(s) == j])) for j in orders},
+                "prior_kind": {str(j): k for j, k in sorted(self.prior_kind.items())}}
+
     def prior_variance(self, order: int) -> float:
         """Mean prior variance of one order-``order`` coefficient (nan if unmeasured)."""
         if order not in self.prior:

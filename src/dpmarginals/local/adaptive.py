@@ -153,11 +153,7 @@ def shrunk_synopsis(domain: Domain, views: Sequence[NoisyView], method: str,
     shrunk_views = [NoisyView(s, shrunk.tables[s], users[s],
                               max(shrunk.noise[s] * shrunk.factor.get(s, 1.0), 1e-12))
                     for s in maximal]
-    factors = {str(j): float(np.mean([f for s, f in shrunk.factor.items() if len(s) == j]))
-               for j in sorted({len(s) for s in shrunk.factor})}
-    kinds = {str(j): k for j, k in sorted(shrunk.prior_kind.items())}
-    return consistent_synopsis(domain, shrunk_views, method,
-                               {**info, "kept_fraction": factors, "prior_kind": kinds})
+    return consistent_synopsis(domain, shrunk_views, method, {**info, **shrunk.per_order()})
 
 
 @dataclass(frozen=True)
