@@ -282,6 +282,7 @@ def pgm_estimate(
     max_fit_seconds: float | None = MAX_FIT_SECONDS,
     max_fit_memory_mb: float | None = MAX_FIT_MEMORY_MB,
     priors: str = "exchangeable",
+    population: int | None = None,
 ) -> tuple[GraphicalModel, dict[str, Any]]:
     """The whole inference: shrinkage (optional), clique selection, ``mbi`` fit.
 
@@ -289,7 +290,9 @@ def pgm_estimate(
     scale mixture per order) or ``"adaptive"`` (the adaptive method's numpy release's: pairs'
     prior scaled by capacity, binary interactions' sign learned where the residuals show
     one, binary 1-way marginals toward their common centre; :func:`eb_shrink` with
-    ``capacity``, ``signs``, ``sign_test``, ``location``).
+    ``capacity``, ``signs``, ``sign_test``, ``location``).  ``population``: the number of
+    users the views' groups were drawn from (each user in one group): the shrinkage's noise
+    then counts the groups' sampling error (:func:`eb_shrink`; None: the oracles' only).
 
     ``shrink=False`` gives the plain ``mbi`` estimator on the noisy views (every view a
     measurement with its stddev).  ``cliques`` fixes the selected cliques (a re-fit with
@@ -309,9 +312,9 @@ def pgm_estimate(
     if priors not in PRIORS:
         raise DPMarginalsError(f"priors must be one of {', '.join(PRIORS)}, got {priors!r}")
     if shrink:
-        shrunk = (eb_shrink(domain, views) if priors == "exchangeable" else
-                  eb_shrink(domain, views, capacity=CAPACITY_ORDERS, signs=True,
-                            sign_test=True, location=True))
+        shrunk = (eb_shrink(domain, views, population=population) if priors == "exchangeable"
+                  else eb_shrink(domain, views, capacity=CAPACITY_ORDERS, signs=True,
+                                 sign_test=True, location=True, population=population))
         sets = [domain.in_order(v.attributes) for v in views]
         info: dict[str, Any] = {
             "shrink": True, "keep": keep, "priors": priors,

@@ -55,6 +55,7 @@ __all__ = [
     "fit_mixture",
     "interaction_capacity",
     "maxent_base",
+    "sampling_variance",
 ]
 
 
@@ -152,7 +153,8 @@ def capacity_scale(subs: Sequence[Sequence[str]], dims: Sequence[int],
 def eb_shrink(domain: Domain, views: Sequence[NoisyMarginal], *,
               first_order: bool = True, capacity: Sequence[int] = (), signs: bool = False,
               sign_test: bool = False, location: bool = False,
-              energies: Callable[[tuple[str, ...]], float] | None = None) -> ShrinkResult:
+              energies: Callable[[tuple[str, ...]], float] | None = None,
+              population: int | None = None) -> ShrinkResult:
     """Pool, then shrink every marginal's top-order interaction toward max-entropy.
 
     ``views``: the unbiased noisy marginals with their per-cell noise variance (f -> 0 form,
@@ -172,6 +174,10 @@ def eb_shrink(domain: Domain, views: Sequence[NoisyMarginal], *,
     :meth:`~dpmarginals.planning.optimal.Structure.energy_of`): each block is then
     shrunk by ``E / (E + D v)``, the factor the planner's prediction assumes, instead of the
     fitted prior's posterior (``benchmarks/adaptive_headroom.py`` measures what that is worth).
+    ``population``: the number of users the views' groups were drawn from, each user in one
+    group (a local collection); every set's noise then also counts its sampling error
+    (:func:`sampling_variance`), which the views' oracle variances leave out.  None: the
+    oracle's noise only (e.g. views that all come from the same users).
     """
     if not views:
         raise DPMarginalsError("graphical-model inference needs at least one noisy view")
@@ -183,6 +189,7 @@ def eb_shrink(domain: Domain, views: Sequence[NoisyMarginal], *,
         if not (float(v.variance) > 0 and math.isfinite(float(v.variance))):
             raise DPMarginalsError(f"view {list(attrs)}: variance must be > 0")
         canon.append((attrs, table, float(v.variance)))
+    users = [int(getattr(v, "users", 0)) for v in views]
     members: dict[tuple[str, ...], list[int]] = {}
     for i, (attrs, _, _) in enumerate(canon):
         for j in range(1, len(attrs) + 1):
@@ -208,6 +215,8 @@ def eb_shrink(domain: Domain, views: Sequence[NoisyMarginal], *,
                 wsum += w
             pooled = np.asarray(acc / wsum)
             noise[sub] = 1.0 / wsum
+            if population is not None:
+                noise[sub] += sampling_variance(pooled, sum(users[i] for i in idx), population)
             if order == 1:
                 pooled = pooled - (pooled.sum() - 1.0) / pooled.size  # the total is known: 1
                 base = np.full(pooled.shape, 1.0 / pooled.size)
@@ -244,6 +253,26 @@ def eb_shrink(domain: Domain, views: Sequence[NoisyMarginal], *,
             tables[sub] = with_top(base, top(base) + r)
             factor[sub] = float(f)
     return ShrinkResult(tables, factor, noise, prior, kind)
+
+
+def sampling_variance(table: np.ndarray, users: int, population: int) -> float:
+    """Variance of one coefficient of the marginal of ``users`` users drawn without
+    replacement from ``population``, about the population's (CALM §4.3's sampling error).
+
+    Averaged over the C - 1 contrasts of an orthonormal basis, one draw's variance is
+    ``(1 - sum_x p_x^2) / (C - 1)`` (``1 / C`` at uniform cells), with ``p`` the table itself
+    clipped at 0 (plug-in, as :mod:`~dpmarginals.synopsis.stderr`'s per-cell form); the
+    mean of ``users`` draws scales it by ``(population - users) / ((population - 1) users)``.
+
+    >>> round(sampling_variance(np.full(4, 0.25), 100, 10_000), 6)
+    0.002475
+    """
+    if users <= 0:
+        return 0.0
+    p = np.clip(np.asarray(table, dtype=np.float64).ravel(), 0.0, None)
+    p = p / p.sum() if p.sum() > 0 else np.full(p.size, 1.0 / p.size)
+    spread = (1.0 - float(p @ p)) / max(p.size - 1, 1)
+    return spread * max(population - users, 0) / (max(population - 1, 1) * users)
 
 
 Shrunk = tuple[np.ndarray, list[np.ndarray], tuple[np.ndarray, np.ndarray], str]

@@ -136,16 +136,18 @@ def phase_one_structure(domain: Domain, views: Sequence[NoisyView], *,
 
 
 def shrunk_synopsis(domain: Domain, views: Sequence[NoisyView], method: str,
-                    info: dict[str, Any]) -> Synopsis:
+                    info: dict[str, Any], *, population: int | None = None) -> Synopsis:
     """Shrinkage, then CALM's consistency + Norm-Sub and maximum entropy (numpy only).
 
     The views' marginals are pooled and shrunk (:func:`~dpmarginals.inference.shrinkage.eb_shrink`,
-    consistent by construction); the shrunk tables of the maximal measured sets then go
-    through :func:`~dpmarginals.synopsis.base.consistent_synopsis`, which makes them
-    non-negative, and queries no set contains are answered by maximum entropy.
+    consistent by construction; ``population``: the users the groups were drawn from, so
+    that the noise counts the groups' sampling error); the shrunk tables of the maximal
+    measured sets then go through :func:`~dpmarginals.synopsis.base.consistent_synopsis`,
+    which makes them non-negative, and queries no set contains are answered by maximum
+    entropy.
     """
     shrunk = eb_shrink(domain, views, capacity=CAPACITY_ORDERS, signs=True, sign_test=True,
-                       location=True)
+                       location=True, population=population)
     sets = {domain.in_order(v.attributes) for v in views}
     maximal = sorted((s for s in sets if not any(set(s) < set(o) for o in sets)),
                      key=lambda s: (len(s), s))
@@ -390,12 +392,16 @@ class Adaptive:
             **{key: last.params[key] for key in ("family", "predicted_sse", "noise_error",
                                                  "sampling_error", "reconstruction_error")
                if key in last.params}}
-        return self.release_views(plans[0].domain, views, info)
+        return self.release_views(plans[0].domain, views, info, population=info["n"])
 
     def release_views(self, domain: Domain, views: Sequence[NoisyView],
-                      info: dict[str, Any] | None = None) -> Synopsis:
+                      info: dict[str, Any] | None = None, *,
+                      population: int | None = None) -> Synopsis:
         """This method's inference on unbiased views (both phases', or cleaner ones: the
-        error split of :mod:`dpmarginals.local.error_sources`)."""
+        error split of :mod:`dpmarginals.local.error_sources`).  ``population``: the
+        number of users the views' groups were drawn from (each user in one group), so that
+        shrinkage counts the groups' sampling error (the release passes its n; the
+        cleaner views of the error split claim their own sampling error or none)."""
         info = dict(info or {})
         if self.inference == "pgm":
             from .calm_pgm import pgm_synopsis
@@ -403,12 +409,13 @@ class Adaptive:
             try:
                 return pgm_synopsis(domain, views, self.name, info, priors=self.priors,
                                     max_fit_seconds=self.max_fit_seconds,
-                                    max_fit_memory_mb=self.max_fit_memory_mb)
+                                    max_fit_memory_mb=self.max_fit_memory_mb,
+                                    population=population)
             except DPMarginalsError as exc:
                 if not self.pgm_fallback:
                     raise
                 info["inference_fallback"] = f"numpy inference: {exc}"
-        return shrunk_synopsis(domain, views, self.name, info)
+        return shrunk_synopsis(domain, views, self.name, info, population=population)
 
 
 def _all_k(domain: Domain, k: int) -> Workload:

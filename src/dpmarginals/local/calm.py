@@ -179,6 +179,7 @@ class CALM:
         if self.inference == "pgm":
             from .calm_pgm import pgm_options, pgm_synopsis
 
-            return pgm_synopsis(plan.domain, views, self.name, info, **pgm_options(self))
+            return pgm_synopsis(plan.domain, views, self.name, info, **pgm_options(self),
+                                population=n)
         return consistent_synopsis(plan.domain, views, self.name, info,
                                    max_rounds=self.max_rounds)

@@ -51,7 +51,8 @@ REFIT_ITERS = 200
 class PGMSynopsis(Synopsis):
     """A graphical model fitted to noisy marginals; any marginal is inferred from it.
 
-    ``options``: the inference options (shrink, keep, iters, gap and the fit's limits), so
+    ``options``: the inference options (shrink, keep, iters, gap, the fit's limits, the priors
+    and the population the groups were drawn from, where set), so
     that a bootstrap re-fit (:mod:`dpmarginals.synopsis.stderr`) repeats the same inference.
     """
 
@@ -112,13 +113,16 @@ def pgm_synopsis(domain: Domain, views: Sequence[NoisyMarginal], method: str,
                  iters: int = ITERS, gap: float | None = GAP,
                  max_fit_seconds: float | None = MAX_FIT_SECONDS,
                  max_fit_memory_mb: float | None = MAX_FIT_MEMORY_MB,
-                 priors: str = "exchangeable") -> PGMSynopsis:
+                 priors: str = "exchangeable", population: int | None = None) -> PGMSynopsis:
     """Graphical-model inference over noisy views, packed as a synopsis (``priors``: the
-    shrinkage priors, :func:`~dpmarginals.inference.pgm.pgm_estimate`)."""
+    shrinkage priors, ``population``: the users the groups were drawn from,
+    :func:`~dpmarginals.inference.pgm.pgm_estimate`)."""
     limits = limits_to_json(*check_limits(max_fit_seconds, max_fit_memory_mb))
     options = {"shrink": shrink, "keep": keep, "iters": iters, "gap": gap, **limits}
     if priors != "exchangeable":  # saved synopses of the exchangeable prior stay as they were
         options["priors"] = priors
+    if population is not None:  # as are those saved before the sampling error was counted
+        options["population"] = int(population)
     model, fit = pgm_estimate(domain, views, **options)
     return PGMSynopsis(domain, model, method, {**info, **fit}, options)
 
