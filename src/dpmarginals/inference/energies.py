@@ -34,6 +34,12 @@ what its own base inherits).  On sparse binary data this term is as large as the
 interactions (Kosarak d = 32, eps = 0.8, 256 users a group: 0.009 per pair coefficient
 against energies of 1e-4); :func:`~dpmarginals.inference.shrinkage.eb_shrink` leaves it out.
 
+**Sampling error left out.** The releases' shrinkage counts each set's sampling error as
+noise (``eb_shrink(population=n)``, CALM §4.3); these energies do not, so they keep the
+sampling noise as signal and overstate weak interactions a little more.  Counting it here
+too made the adaptive method's plans worse on the dev networks at n = 2^14 (+3.1% +- 1.6%
+paired, +10% at eps = 2; docs/beyond-calm.md §7): as above, overstating is the cheaper error.
+
 **Conservative estimates.**  With few blocks measured with much noise (small epsilon, few
 users) the fitted prior's mean is itself uncertain and errs upward (its weights cannot go
 below 0).  With ``conservative=True`` every order's posterior energies are scaled down, if
