@@ -65,6 +65,7 @@ class NoisyMarginal(Protocol):
     attributes: tuple[str, ...]
     table: np.ndarray
     variance: float
+    users: int
 
 
 
@@ -189,7 +190,7 @@ def eb_shrink(domain: Domain, views: Sequence[NoisyMarginal], *,
         if not (float(v.variance) > 0 and math.isfinite(float(v.variance))):
             raise DPMarginalsError(f"view {list(attrs)}: variance must be > 0")
         canon.append((attrs, table, float(v.variance)))
-    users = [int(getattr(v, "users", 0)) for v in views]
+    users = [int(v.users) for v in views] if population is not None else []
     members: dict[tuple[str, ...], list[int]] = {}
     for i, (attrs, _, _) in enumerate(canon):
         for j in range(1, len(attrs) + 1):
