@@ -15,6 +15,7 @@ from dpmarginals.inference.views import NoisyView
 from dpmarginals.local.adaptive import Adaptive, calibrated_views
 from dpmarginals.local.calm import CALM
 from dpmarginals.local.collect import collect
+from dpmarginals.local.error_sources import noiseless_views, population_views
 
 POPULATIONS = [([0, 0, 1, 2, 2, 2], 2), ([0, 1, 1, 3, 3, 3, 2], 3), ([0, 0, 0, 0, 1, 1], 4)]
 
@@ -66,6 +67,25 @@ def test_eb_shrink_adds_each_sets_sampling_error_only_when_told_the_population()
         extra = sampling_variance(pooled, 250 * len(inside), 1000)
         assert extra > 0
         assert counted.noise[sub] == pytest.approx(noise + extra, rel=1e-12), sub
+
+
+def test_views_that_are_not_samples_add_no_sampling_error():
+    """The error split's clean views (a group's exact marginal claiming its sampling error
+    as its variance, or the population's own) are not ``sampled``: calm-pgm's release,
+    which tells shrinkage the population, must not count that error again."""
+
+    data = chain(3000, 4, seed=2)
+    plan = CALM(epsilon=1.0, k=2).plan(data.domain, data.n)
+    views = collect(data, plan, rng=4)
+    for clean in (noiseless_views(data, plan, rng=4),
+                  population_views(data, plan, [v.users for v in views])):
+        assert not any(v.sampled for v in clean)
+        plain, told = eb_shrink(data.domain, clean), eb_shrink(data.domain, clean,
+                                                               population=data.n)
+        assert told.noise == plain.noise
+    assert all(v.sampled for v in views)
+    assert eb_shrink(data.domain, views, population=data.n).noise != eb_shrink(
+        data.domain, views).noise
 
 
 def chain(n: int, d: int, seed: int) -> Dataset:

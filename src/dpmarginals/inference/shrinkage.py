@@ -177,8 +177,10 @@ def eb_shrink(domain: Domain, views: Sequence[NoisyMarginal], *,
     fitted prior's posterior (``benchmarks/adaptive_headroom.py`` measures what that is worth).
     ``population``: the number of users the views' groups were drawn from, each user in one
     group (a local collection); every set's noise then also counts its sampling error
-    (:func:`sampling_variance`), which the views' oracle variances leave out.  None: the
-    oracle's noise only (e.g. views that all come from the same users).
+    (:func:`sampling_variance`) over the users of the views that contain it and are
+    ``sampled`` (:class:`~dpmarginals.inference.views.NoisyView`), which the views' oracle
+    variances leave out.  None: the oracle's noise only (e.g. views that all come from the
+    same users).
     """
     if not views:
         raise DPMarginalsError("graphical-model inference needs at least one noisy view")
@@ -190,7 +192,8 @@ def eb_shrink(domain: Domain, views: Sequence[NoisyMarginal], *,
         if not (float(v.variance) > 0 and math.isfinite(float(v.variance))):
             raise DPMarginalsError(f"view {list(attrs)}: variance must be > 0")
         canon.append((attrs, table, float(v.variance)))
-    users = [int(v.users) for v in views] if population is not None else []
+    users = ([int(v.users) if getattr(v, "sampled", True) else 0 for v in views]
+             if population is not None else [])
     members: dict[tuple[str, ...], list[int]] = {}
     for i, (attrs, _, _) in enumerate(canon):
         for j in range(1, len(attrs) + 1):

@@ -124,3 +124,8 @@ class NoisyView:
     table: np.ndarray
     users: int
     variance: float  # per-cell variance of the estimate (CALM eq. 3 with this group's n)
+    #: The table is its group's own users' (a sample of the population), so inference told
+    #: the population adds their sampling error (``eb_shrink(population=...)``).  False: the
+    #: population's own marginal, or one whose ``variance`` already claims that error (the
+    #: error split's clean views, :mod:`dpmarginals.local.error_sources`).
+    sampled: bool = True

@@ -34,21 +34,25 @@ def noiseless_views(data: Dataset, plan: Plan, *, rng: RNGLike) -> list[NoisyVie
     """The groups' exact marginals of their own users, split as ``collect(..., rng=rng)``.
 
     Each view claims the variance of its sampling error (~1/(n_g L) per cell), so that
-    inference weighs the views as it would weigh noisy ones of that quality.
+    inference weighs the views as it would weigh noisy ones of that quality (and, not
+    ``sampled``, shrinkage told the population does not add that error again).
     """
     groups = assign_groups(data.n, plan.m, rng=simulation_rng(rng))
     views = []
     for g, spec in enumerate(plan.groups):
         members = data.take(np.flatnonzero(groups == g))
         table = members.marginal(spec.attributes).values
-        views.append(NoisyView(spec.attributes, table, members.n, 1.0 / (members.n * table.size)))
+        views.append(NoisyView(spec.attributes, table, members.n, 1.0 / (members.n * table.size),
+                               sampled=False))
     return views
 
 
 def population_views(data: Dataset, plan: Plan, users: Sequence[int]) -> list[NoisyView]:
-    """The exact marginals of every user on the plan's attribute sets."""
+    """The exact marginals of every user on the plan's attribute sets (``users``: the group
+    sizes the views claim, for standard errors; no sampling error: not ``sampled``)."""
     return [NoisyView(spec.attributes, data.marginal(spec.attributes).values, int(n_g),
-                      EXACT_VARIANCE) for spec, n_g in zip(plan.groups, users, strict=True)]
+                      EXACT_VARIANCE, sampled=False)
+            for spec, n_g in zip(plan.groups, users, strict=True)]
 
 
 def split_error(total: float, no_noise: float, population: float) -> dict[str, float]:
