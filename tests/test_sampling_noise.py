@@ -8,7 +8,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from dpmarginals import Dataset, Domain
+from dpmarginals import Domain
 from dpmarginals.inference.helmert import helmert, project
 from dpmarginals.inference.shrinkage import eb_shrink, sampling_variance
 from dpmarginals.inference.views import NoisyView
@@ -16,6 +16,7 @@ from dpmarginals.local.adaptive import Adaptive, calibrated_views
 from dpmarginals.local.calm import CALM
 from dpmarginals.local.collect import collect
 from dpmarginals.local.error_sources import noiseless_views, population_views
+from test_pgm import chain_data
 
 POPULATIONS = [([0, 0, 1, 2, 2, 2], 2), ([0, 1, 1, 3, 3, 3, 2], 3), ([0, 0, 0, 0, 1, 1], 4)]
 
@@ -74,7 +75,7 @@ def test_views_that_are_not_samples_add_no_sampling_error():
     as its variance, or the population's own) are not ``sampled``: calm-pgm's release,
     which tells shrinkage the population, must not count that error again."""
 
-    data = chain(3000, 4, seed=2)
+    data = chain_data(3000, 4, seed=2)
     plan = CALM(epsilon=1.0, k=2).plan(data.domain, data.n)
     views = collect(data, plan, rng=4)
     for clean in (noiseless_views(data, plan, rng=4),
@@ -86,16 +87,6 @@ def test_views_that_are_not_samples_add_no_sampling_error():
     assert all(v.sampled for v in views)
     assert eb_shrink(data.domain, views, population=data.n).noise != eb_shrink(
         data.domain, views).noise
-
-
-def chain(n: int, d: int, seed: int) -> Dataset:
-    """x_j copies x_{j-1} w.p. 0.7, else a fair coin."""
-    rng = np.random.default_rng(seed)
-    codes = np.empty((n, d), dtype=np.int64)
-    codes[:, 0] = rng.integers(0, 2, n)
-    for j in range(1, d):
-        codes[:, j] = np.where(rng.random(n) < 0.7, codes[:, j - 1], rng.integers(0, 2, n))
-    return Dataset(codes, Domain(tuple(f"a{j}" for j in range(d)), (2,) * d))
 
 
 def test_releases_pass_their_population_and_directly_given_views_do_not(monkeypatch):
@@ -114,7 +105,7 @@ def test_releases_pass_their_population_and_directly_given_views_do_not(monkeypa
         return wrapped
 
     monkeypatch.setattr(adaptive_module, "eb_shrink", spy(adaptive_module.eb_shrink))
-    data = chain(4000, 5, seed=1)
+    data = chain_data(4000, 5, seed=1)
     method = Adaptive(epsilon=1.0, k=2, phases=2)
     phases = method.collect(data, rng=5)
     plans, counts = [p.plan for p in phases], [p.counts for p in phases]

@@ -55,7 +55,7 @@ from dpmarginals.inference.pgm_cost import (
     limits_to_json,
     predict_fit,
 )
-from dpmarginals.inference.shrinkage import CAPACITY_ORDERS, NoisyMarginal, eb_shrink
+from dpmarginals.inference.shrinkage import ADAPTIVE_PRIORS, NoisyMarginal, eb_shrink
 
 __all__ = [
     "EXTRA_MESSAGE",
@@ -289,8 +289,8 @@ def pgm_estimate(
     ``priors``: the shrinkage priors (:data:`PRIORS`): ``"exchangeable"`` (calm-pgm's: one
     scale mixture per order) or ``"adaptive"`` (the adaptive method's numpy release's: pairs'
     prior scaled by capacity, binary interactions' sign learned where the residuals show
-    one, binary 1-way marginals toward their common centre; :func:`eb_shrink` with
-    ``capacity``, ``signs``, ``sign_test``, ``location``).  ``population``: the number of
+    one, binary 1-way marginals toward their common centre: :func:`eb_shrink` with
+    :data:`~dpmarginals.inference.shrinkage.ADAPTIVE_PRIORS`).  ``population``: the number of
     users the views' groups were drawn from (each user in one group): the shrinkage's noise
     then counts the groups' sampling error (:func:`eb_shrink`; None: the oracles' only).
 
@@ -312,9 +312,8 @@ def pgm_estimate(
     if priors not in PRIORS:
         raise DPMarginalsError(f"priors must be one of {', '.join(PRIORS)}, got {priors!r}")
     if shrink:
-        shrunk = (eb_shrink(domain, views, population=population) if priors == "exchangeable"
-                  else eb_shrink(domain, views, capacity=CAPACITY_ORDERS, signs=True,
-                                 sign_test=True, location=True, population=population))
+        shrunk = eb_shrink(domain, views, population=population,
+                           **({} if priors == "exchangeable" else ADAPTIVE_PRIORS))
         sets = [domain.in_order(v.attributes) for v in views]
         info: dict[str, Any] = {
             "shrink": True, "keep": keep, "priors": priors,

@@ -31,6 +31,7 @@ import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Protocol
 
 import numpy as np
@@ -45,6 +46,7 @@ from dpmarginals.inference.maxent import max_entropy
 from dpmarginals.inference.signed_prior import fit_signed, prefers_sign, single_coefficients
 
 __all__ = [
+    "ADAPTIVE_PRIORS",
     "CAPACITY_ORDERS",
     "NoisyMarginal",
     "ShrinkResult",
@@ -360,3 +362,9 @@ def facet_consistent(sub: tuple[str, ...], base: np.ndarray,
 #: cost Kosarak k = 6 (0.50 -> 0.60).  calm-pgm keeps the exchangeable prior: on its quick
 #: grid the scaled one took its geometric-mean ratio to CALM from 0.83 to 0.86.
 CAPACITY_ORDERS = _tuned.CAPACITY_ORDERS  # provenance: core/tuned.py
+#: The adaptive method's priors as :func:`eb_shrink`'s options (its numpy release, and the
+#: graphical model's ``priors="adaptive"``): pairs' prior scaled by capacity, binary
+#: interactions' sign learned where the residuals show one, binary 1-way marginals toward
+#: their common centre.
+ADAPTIVE_PRIORS: Mapping[str, Any] = MappingProxyType(
+    {"capacity": CAPACITY_ORDERS, "signs": True, "sign_test": True, "location": True})

@@ -60,7 +60,7 @@ from ..core.errors import DPMarginalsError, check_choice, check_epsilon, check_k
 from ..core.randomness import RNGLike, simulation_rng
 from ..inference.energies import interaction_energies
 from ..inference.pgm_cost import MAX_FIT_MEMORY_MB, MAX_FIT_SECONDS, check_limits
-from ..inference.shrinkage import CAPACITY_ORDERS, eb_shrink
+from ..inference.shrinkage import ADAPTIVE_PRIORS, CAPACITY_ORDERS, eb_shrink
 from ..inference.views import NoisyView
 from ..planning.covering import balanced_subsets
 from ..planning.optimal import MAX_QUERIES, Groups, Structure, group_variance, plan_optimal
@@ -146,8 +146,7 @@ def shrunk_synopsis(domain: Domain, views: Sequence[NoisyView], method: str,
     which makes them non-negative, and queries no set contains are answered by maximum
     entropy.
     """
-    shrunk = eb_shrink(domain, views, capacity=CAPACITY_ORDERS, signs=True, sign_test=True,
-                       location=True, population=population)
+    shrunk = eb_shrink(domain, views, **ADAPTIVE_PRIORS, population=population)
     sets = {domain.in_order(v.attributes) for v in views}
     maximal = sorted((s for s in sets if not any(set(s) < set(o) for o in sets)),
                      key=lambda s: (len(s), s))
