@@ -126,3 +126,32 @@ def test_releases_pass_their_population_and_directly_given_views_do_not(monkeypa
     seen.clear()
     Adaptive(epsilon=1.0, k=2, phases=2, inference="pgm").release(plans, counts)
     assert seen == [4000]
+
+
+def test_marginal_baselines_count_sampling_only_where_their_variance_leaves_it_out(monkeypatch):
+    """AM and its Cormode kin (MargRR, MargPS) release through the graphical model with the
+    collection's n as the population: each group reports its marginal through an oracle
+    whose variance is its noise alone.  MargHT's coefficient variance ``1 / ((2p - 1)^2 R)``
+    already bounds the sampling of its reporters, so it passes none."""
+    pytest.importorskip("mbi")
+    import dpmarginals.inference.pgm as pgm_module
+    from dpmarginals.local.cormode import MargPS
+    from dpmarginals.local.direct import AM
+    from dpmarginals.local.fourier import MargHT
+
+    seen: list[int | None] = []
+    original = pgm_module.eb_shrink
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("population"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(pgm_module, "eb_shrink", spy)
+    data = chain_data(3000, 4, seed=2)
+    for method, expected in [(AM(epsilon=1.0, k=2, inference="pgm"), 3000),
+                             (MargPS(epsilon=1.0, k=2, inference="pgm"), 3000),
+                             (MargHT(epsilon=1.0, k=2, inference="pgm"), None)]:
+        seen.clear()
+        synopsis = method.run(data, rng=3)
+        assert seen == [expected], method.name
+        assert synopsis.options.get("population") == expected

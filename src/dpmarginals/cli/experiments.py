@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import DPMarginalsError, describe_os_error
+from ..synopsis.synthetic import SAMPLING
 from .argtypes import positive_int as _positive_int
 from .argtypes import seed as _seed
 from .spec import Command, add_commands, arg
@@ -175,7 +176,7 @@ COMMANDS = (
             arg("--degree", type=_degree, default="2",
                 help="parents per attribute (default 2), or 'joint' to sample the joint "
                 "marginal of all the attributes"),
-            arg("--sampling", choices=("rounded", "iid"), default="rounded",
+            arg("--sampling", choices=SAMPLING, default="rounded",
                 help="rounded (default): the records sharing the parents' values take each "
                 "value of the next attribute floor or ceil of its expected count, as "
                 "private-pgm does; iid: independent draws (more sampling error)"),

@@ -234,9 +234,12 @@ class MarginalsSynopsis(Synopsis):
 
 
 def release_views(domain: Domain, plan: Plan, views: Sequence[NoisyView], method: str,
-                  postprocess: str, inference: str) -> Synopsis:
+                  postprocess: str, inference: str, population: int | None = None
+                  ) -> Synopsis:
     """The synopsis of a marginals method's noisy views (``inference``: see
-    :data:`VIEW_INFERENCE`; ``postprocess`` applies to "views")."""
+    :data:`VIEW_INFERENCE`; ``postprocess`` applies to "views"; ``population``: the users the
+    groups were drawn from, when the views' variances leave out that sampling error, which
+    the graphical model's shrinkage then adds, CALM §4.3)."""
     info = {"plan_hash": plan.hash, **plan.params, **reporting_groups(plan, views)}
     if inference == "pgm":
         from ..synopsis.stderr import collection_info
@@ -245,7 +248,7 @@ def release_views(domain: Domain, plan: Plan, views: Sequence[NoisyView], method
         if all(g.oracle in ORACLES for g in plan.groups):  # what standard errors need
             info.update({"n": int(sum(v.users for v in views)),
                          **collection_info(plan, views)})
-        return pgm_synopsis(domain, views, method, info)
+        return pgm_synopsis(domain, views, method, info, population=population)
     return MarginalsSynopsis(domain, [(v.attributes, v.table) for v in views],
                              [v.variance for v in views], method, info, postprocess)
 
@@ -435,6 +438,7 @@ class AM:
 
     def release(self, plan: Plan, counts: Counts) -> Synopsis:
         """The k-way marginals unbiased from the collection's counts, released by
-        ``inference``."""
+        ``inference`` (each group a sample of the n users: the oracle's variance leaves out
+        the sampling error, which the graphical model counts, as calm-pgm's does)."""
         return release_views(plan.domain, plan, reported_views(plan, counts), self.name,
-                             self.postprocess, self.inference)
+                             self.postprocess, self.inference, population=counts.n)

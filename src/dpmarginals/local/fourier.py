@@ -470,6 +470,9 @@ class MargHT:
                         / 4.0**b)
             table = enc.decode(spec.attributes, fwht(coeffs) / float(1 << b))
             views.append(NoisyView(spec.attributes, table, int(counts.users[g]), var))
+        # no population: a coefficient's reporters are a sample of the n users, and
+        # 1 / ((2p - 1)^2 R) bounds its variance about the population's coefficient, that
+        # sampling included (1 - (2p - 1)^2 theta^2 over (2p - 1)^2 R)
         return release_views(plan.domain, plan, views, self.name, self.postprocess,
                              self.inference)
 
