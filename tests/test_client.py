@@ -22,7 +22,7 @@ from dpmarginals.core.domain import Domain
 from dpmarginals.core.errors import DPMarginalsError
 from dpmarginals.core.randomness import SecureRandom
 from dpmarginals.protocol.checks import load_plan
-from dpmarginals.protocol.device import Device, choose_group, record_row
+from dpmarginals.protocol.device import Device, ValueSubstituted, choose_group, record_row
 from dpmarginals.protocol.formats import group_oracle
 from dpmarginals.protocol.http import ServiceClient, ServiceError
 from dpmarginals.protocol.plan import GroupSpec, Plan
@@ -111,23 +111,29 @@ def test_default_randomness_is_the_os_csprng(monkeypatch):
 
 
 def test_client_errors_name_the_problem():
+    """Mistakes of the app's own (a group the plan lacks, a record of the wrong length)
+    are one-line errors before any charge; a value the plan's domain cannot encode is not
+    (the server would see the refusal): the device reports a random value, charged, and
+    tells the app locally."""
     plan = plan_with("grr")
     device = Device(None, max_epsilon=CAP, max_total_epsilon=10 * CAP)
 
     def report(record, group):
         return device.report(plan, record, group=group, origin="o", campaign="c")
 
-    with pytest.raises(DPMarginalsError, match="lacks the attributes"):
-        report({"a": 1}, 0)
-    with pytest.raises(DPMarginalsError, match=r"'c'.*outside its domain"):
-        report({"a": 1, "b": 0, "c": 5}, 1)
     with pytest.raises(DPMarginalsError, match="group 7"):
         report({"a": 1, "b": 0, "c": 0}, 7)
-    with pytest.raises(DPMarginalsError, match="integer code"):
-        report({"a": 1.5, "b": 0, "c": 0}, 0)
     with pytest.raises(DPMarginalsError, match="3 values"):
         report([1, 0], 0)
     assert device.ledger.total() == 0  # nothing was charged
+    for record, group, why in [({"a": 1}, 0, "lacks the attributes"),
+                               ({"a": 1, "b": 0, "c": 5}, 1, r"'c'.*outside its domain"),
+                               ({"a": 1.5, "b": 0, "c": 0}, 0, "integer code")]:
+        device = Device(None, max_epsilon=CAP, max_total_epsilon=10 * CAP)
+        with pytest.warns(ValueSubstituted, match=why):
+            sent = report(record, group)
+        assert PlanCodec(plan).decode([sent]).groups == [group]  # a valid report
+        assert device.ledger.total() == plan.epsilon  # charged as any report
 
 
 def test_choose_group_is_uniform():

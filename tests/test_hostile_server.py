@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from fractions import Fraction
 from pathlib import Path
 
@@ -32,7 +33,7 @@ from dpmarginals.local.adaptive import Adaptive
 from dpmarginals.local.em import EM
 from dpmarginals.local.wfm import WFM
 from dpmarginals.protocol.checks import check_plan
-from dpmarginals.protocol.device import DAY, AssignmentIgnored, Device
+from dpmarginals.protocol.device import DAY, AssignmentIgnored, Device, ValueSubstituted
 from dpmarginals.protocol.formats import STRATEGY_TOTAL, StrategyMatrix, encode_matrix
 from dpmarginals.protocol.http import ServiceClient
 from dpmarginals.protocol.ledger import BudgetExceeded, Ledger, LedgerError, PlanRefused
@@ -327,6 +328,58 @@ def test_the_period_cap_is_a_sliding_window():
         phone.report(plan_with(), RECORD, origin=ORIGIN, campaign="b")
     clock.now += 2.0
     phone.report(plan_with(), RECORD, origin=ORIGIN, campaign="b")
+
+
+def _sliced(lo: float, hi: float, oracle: str = "grr", longitudinal: float | None = None
+            ) -> Plan:
+    """One group over an age whose bins cover only [lo, hi]: a slice of the ages."""
+    dom = Domain.from_dict({"age": {"bins": [lo, (lo + hi) / 2, hi]}})
+    return Plan("calm", 1.0, dom, (GroupSpec(("age",), oracle, 1.0, 2),), {"k": 1},
+                longitudinal=longitudinal)
+
+
+@pytest.mark.parametrize("longitudinal", [None, 4.0])
+def test_domains_sliced_by_the_server_learn_nothing_from_whether_a_device_reports(
+        longitudinal):
+    """A server that serves each campaign a domain covering one slice of the ages, without
+    a catch-all, would learn the age from the one campaign a device reports in, were a
+    value outside the domain refused (the refusal costs nothing and sends nothing).  The
+    device reports in every slice instead (a random value where the age is not in it,
+    charged as any report, told to the app locally), so what the server sees (which
+    campaigns got a report, which the caps refused) is the same for every age."""
+    def outcomes(age: float) -> list[str]:
+        device = Device(None, max_epsilon=1.0, max_total_epsilon=6.0)
+        seen = []
+        for lo in range(20, 60, 4):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", ValueSubstituted)
+                    device.report(_sliced(lo, lo + 4, longitudinal=longitudinal), {"age": age},
+                                  origin=ORIGIN, campaign=f"slice{lo}")
+                seen.append("report")
+            except BudgetExceeded:
+                seen.append("refused")
+        return seen
+
+    first = outcomes(37.3)
+    assert first == outcomes(80.0) == outcomes(21.0)
+    assert first == ["report"] * 6 + ["refused"] * 4  # each slice a family: charged afresh
+    with pytest.warns(ValueSubstituted, match="80.0"):  # the app is told, locally
+        Device(None, max_epsilon=1.0, max_total_epsilon=1.0).report(
+            _sliced(20, 24), {"age": 80.0}, origin=ORIGIN, campaign="c")
+
+
+def test_a_substituted_value_is_memoized_like_any_value():
+    """Memoized plans keep one substitute per family: its permanent response is drawn once
+    and the family costs at most the longitudinal epsilon, as an unchanged value does."""
+    device = Device(None, max_epsilon=1.0, max_total_epsilon=100.0)
+    plan = _sliced(20, 24, oracle="oue", longitudinal=2.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ValueSubstituted)
+        for c in range(5):
+            device.report(plan, {"age": 80.0 + c}, origin=ORIGIN, campaign=f"c{c}")
+    assert device.ledger.total() == 2.0
+    assert [k.rsplit(":", 1)[1] for k in device.ledger._data["permanent"]] == ["substitute"]
 
 
 # -- pinning and phases ---------------------------------------------------------------------
@@ -686,3 +739,25 @@ def test_cli_client_reads_labelled_records_as_release_does(offline):
     out = _cli("client", "--plan", "plan.json", "--data", "bad.csv", "--max-epsilon", "1",
                "--save-reports", "r.jsonl", "--simulate", cwd=offline)
     assert out.returncode == 2 and "'sex'" in out.stderr and "'unknown'" in out.stderr
+
+
+def test_cli_device_reports_a_value_outside_the_plans_domain_at_random(offline):
+    """``client --ledger``: a value the plan's domain lacks is reported as a random value,
+    charged, with a warning on stderr (a refusal would tell the server); a good record's
+    codes are what ``release`` would read; a file of two records is still refused."""
+    dom = Domain.from_dict({"sex": ["female", "male"], "age": {"bins": [0, 30, 60, 120]}})
+    Plan("calm", 1.0, dom, (GroupSpec(("sex", "age"), "grr", 1.0, 6),)).save(
+        offline / "plan.json")
+    for i, row in enumerate(["female,37", "unknown,37", "male,130"]):
+        (offline / f"p{i}.csv").write_text(f"sex,age\n{row}\n")
+        out = _cli("client", "--plan", "plan.json", "--data", f"p{i}.csv", "--ledger",
+                   "ledger.json", "--max-epsilon", "1", "--max-total-epsilon", "10",
+                   "--campaign", f"c{i}", "--save-reports", f"r{i}.jsonl", cwd=offline)
+        assert out.returncode == 0, out.stderr
+        assert ("reported as a uniformly random value" in out.stderr) == (i > 0), out.stderr
+    assert Ledger(offline / "ledger.json").total() == 3
+    (offline / "two.csv").write_text("sex,age\nfemale,37\nmale,12\n")
+    out = _cli("client", "--plan", "plan.json", "--data", "two.csv", "--ledger", "ledger.json",
+               "--max-epsilon", "1", "--max-total-epsilon", "10", "--campaign", "c9",
+               "--save-reports", "r9.jsonl", cwd=offline)
+    assert out.returncode == 2 and "must hold one record" in out.stderr

@@ -8,12 +8,15 @@
 //   4. the group: the one kept for this plan, else the server's, else uniform;
 //   5. the charge (memoized: what the report adds to min(sum, longitudinal epsilon))
 //      against maxTotalEpsilon and the period cap;
-//   6. the randomization (crypto.getRandomValues only);
+//   6. the randomization (crypto.getRandomValues only); a value the plan's domain cannot
+//      encode is reported as a uniformly random value of the group's attributes, charged
+//      as any report (onWarning tells the app, locally): a refusal would tell the server
+//      the value lies outside the domain it chose (memoized: one substitute per family);
 //   7. the report, its charge and any new permanent response, written to the ledger
 //      atomically before the report is returned.
 import { checkPlan, deviceCap } from "./checks.js";
 import { recordRow } from "./domain.js";
-import { BudgetExceeded, DPMarginalsError, LedgerError, refused } from "./errors.js";
+import { BudgetExceeded, DPMarginalsError, LedgerError, RecordValueError, refused } from "./errors.js";
 import { type Rational, add, cmp, fromNumber, mul, rat, sub, toNumber } from "./exact.js";
 import { type Format, type Input, type Payload, groupFormat } from "./formats.js";
 import { type Json, type JsonObject, canonical } from "./json.js";
@@ -25,6 +28,8 @@ import { WordDraws } from "./samplers.js";
 import { sha256Hex } from "./sha256.js";
 
 export const DAY = 86400;
+/** The value key a group's substituted values are memoized under (one per family). */
+export const SUBSTITUTE = "substitute";
 export const REPORT_VERSION = 1;
 const SLACK: Rational = rat(1n, 1n << 40n);
 
@@ -49,7 +54,8 @@ export interface DeviceCaps {
   periodSeconds?: number;
   /** seconds since the epoch (default: Date.now() / 1000) */
   clock?: () => number;
-  /** told when the device keeps its group instead of the server's (default console.warn) */
+  /** told when the device keeps its group instead of the server's, or reports a random value
+   *  for one its plan cannot encode (default console.warn; never sent) */
   onWarning?: (message: string) => void;
 }
 
@@ -194,15 +200,32 @@ export class Device {
     return report;
   }
 
-  private inputOf(plan: Plan, g: number, record: unknown): [Format, Input] {
+  /** The group's input from the record, or null (told to onWarning when `warn`) when the
+   *  plan's domain cannot encode one of its values: the report then carries a random one. */
+  private inputOf(plan: Plan, g: number, record: unknown, warn: boolean): Input | null {
     const spec = plan.groups[g]!;
-    const row = recordRow(plan.domain, record, spec.attributes);
-    const fmt = groupFormat(plan, g);
-    return [fmt, fmt.encode(spec.attributes.map((a) => row[plan.domain.index(a)]!))];
+    let row: number[];
+    try {
+      row = recordRow(plan.domain, record, spec.attributes);
+    } catch (e) {
+      if (!(e instanceof RecordValueError)) throw e;
+      if (warn) {
+        this.warn(`${e.message}: reported as a uniformly random value of `
+                  + `${pyr(spec.attributes)} (plan ${plan.hash.slice(0, 12)})`);
+      }
+      return null;
+    }
+    return groupFormat(plan, g).encode(spec.attributes.map((a) => row[plan.domain.index(a)]!));
   }
 
-  private async memoKey(plan: Plan, g: number, input: Input): Promise<string | null> {
+  /** A uniformly random input of the group (OS entropy): a substitute. */
+  private randomInput(plan: Plan, g: number, fmt: Format, draws: WordDraws): Input {
+    return fmt.encode(plan.groups[g]!.attributes.map((a) => draws.uniform(plan.domain.size(a))));
+  }
+
+  private async memoKey(plan: Plan, g: number, input: Input | null): Promise<string | null> {
     if (plan.longitudinal === null) return null;
+    if (input === null) return `${await family(plan, g)}:${SUBSTITUTE}`;
     const sizes = plan.groups[g]!.attributes.map((a) => plan.domain.size(a));
     return `${await family(plan, g)}:${valueKey(input, sizes)}`;
   }
@@ -214,7 +237,7 @@ export class Device {
       this.checkCaps(fromNumber(plan.epsilon));
       return;
     }
-    const [, input] = this.inputOf(plan, group, record);
+    const input = this.inputOf(plan, group, record, false);
     this.checkCaps(this.ledger.charge(await this.memoKey(plan, group, input), plan.epsilon));
   }
 
@@ -263,14 +286,17 @@ export class Device {
       this.checkCaps(fromNumber(plan.epsilon)); // the worst case, before the draw
       g = new WordDraws(new SecureWords()).uniform(plan.m);
     }
-    const [fmt, input] = this.inputOf(plan, g, record);
+    const fmt = groupFormat(plan, g);
+    const input = this.inputOf(plan, g, record, true);
     const memo = await this.memoKey(plan, g, input);
     this.checkCaps(this.ledger.charge(memo, plan.epsilon));
     let keptResponse: [string, Json, number] | null = null;
     let payload: Payload;
+    // a substitute is drawn only when it is used
+    const value = (draws: WordDraws): Input => input ?? this.randomInput(plan, g, fmt, draws);
     if (memo === null) {
       const draws = new WordDraws(new SecureWords());
-      payload = fmt.perturb(draws, input);
+      payload = fmt.perturb(draws, value(draws));
     } else {
       let response = this.ledger.permanentResponse(memo);
       if (response !== null) {
@@ -278,7 +304,7 @@ export class Device {
         if (why !== null) throw new LedgerError(`the ledger's permanent response ${memo} is invalid: ${why}`);
       }
       const draws = new WordDraws(new SecureWords());
-      if (response === null) response = fmt.permanent!(draws, input) as Json;
+      if (response === null) response = fmt.permanent!(draws, value(draws)) as Json;
       payload = fmt.instantaneous!(draws, response as Payload);
       keptResponse = [memo, response, plan.longitudinal!];
     }

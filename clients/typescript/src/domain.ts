@@ -2,7 +2,7 @@
 // src/dpmarginals/core/domain.py reads them.  The normalized form (`spec`) is what the
 // plan hash and a memoized group's family are computed over, so it is Python's exactly:
 // bin edges are floats, default bin names Python's "[0, 18)", numeric labels str(x).
-import { DPMarginalsError } from "./errors.js";
+import { DPMarginalsError, RecordValueError } from "./errors.js";
 import { type Json, type JsonObject, floatAt, isObject, keysOf } from "./json.js";
 import { PyFloat, cut, pyFormatG, pyNumberText, pyr } from "./pyformat.js";
 
@@ -225,7 +225,7 @@ export function recordRow(domain: Domain, record: unknown, attributes: string[])
   } else if (typeof record === "object" && record !== null) {
     const rec = record as Record<string, unknown>;
     const missing = attributes.filter((a) => !Object.prototype.hasOwnProperty.call(rec, a));
-    if (missing.length) throw new DPMarginalsError(`the record lacks the attributes ${pyr(missing)}`);
+    if (missing.length) throw new RecordValueError(`the record lacks the attributes ${pyr(missing)}`);
     items = attributes.map((a) => [domain.index(a), rec[a]]);
   } else {
     throw new DPMarginalsError(`a record is an object {attribute: value} or an array, got ${pyr(record)}`);
@@ -234,16 +234,20 @@ export function recordRow(domain: Domain, record: unknown, attributes: string[])
     const lab = domain.labels[i];
     const attr = domain.attributes[i]!;
     if (lab && (typeof value === "string" || lab.bins !== null)) {
-      row[i] = domain.codeOf(i, value);
+      try {
+        row[i] = domain.codeOf(i, value);
+      } catch (e) {
+        throw e instanceof DPMarginalsError ? new RecordValueError(e.message) : e;
+      }
       continue;
     }
     const v = typeof value === "bigint" ? Number(value) : value;
     if (typeof v !== "number" || !Number.isInteger(v)) {
-      throw new DPMarginalsError(`attribute ${pyr(attr)} must be an integer code`
+      throw new RecordValueError(`attribute ${pyr(attr)} must be an integer code`
                                  + `${lab ? " or one of its labels" : ""}, got ${pyr(value)}`);
     }
     if (!(v >= 0 && v < domain.sizes[i]!)) {
-      throw new DPMarginalsError(`value ${v} of attribute ${pyr(attr)} is outside its domain `
+      throw new RecordValueError(`value ${v} of attribute ${pyr(attr)} is outside its domain `
                                  + `0..${domain.sizes[i]! - 1}`);
     }
     row[i] = v;

@@ -13,6 +13,10 @@ export class PlanRefused extends DPMarginalsError {}
 /** A report would take the device past one of its caps (no random draw was made). */
 export class BudgetExceeded extends DPMarginalsError {}
 
+/** A value of a record the plan's domain cannot encode: the device reports a uniformly
+ *  random value instead (a refusal would tell the server the value is outside its domain). */
+export class RecordValueError extends DPMarginalsError {}
+
 /** The ledger cannot be read, parsed or written (the message names it). */
 export class LedgerError extends DPMarginalsError {}
 
@@ -27,6 +31,7 @@ export class ServiceError extends DPMarginalsError {
 // Names survive minification (a bundle renames classes): set them on the prototypes.
 for (const [cls, name] of [[DPMarginalsError, "DPMarginalsError"], [PlanRefused, "PlanRefused"],
                            [BudgetExceeded, "BudgetExceeded"], [LedgerError, "LedgerError"],
+                           [RecordValueError, "RecordValueError"],
                            [ServiceError, "ServiceError"]] as const) {
   Object.defineProperty(cls.prototype, "name", { value: name, writable: true,
                                                  configurable: true });

@@ -265,9 +265,11 @@ export class HadamardCoefficients extends SignedIndex {
       for (let s = 1; s <= this.top(); s++) out += comb(total, s);
       return out;
     }
-    const e = [1n, ...new Array<bigint>(this.k).fill(0n)];
+    // the sums of more attributes than there are are 0 (a plan's k may be 1e9)
+    const k = Math.min(this.k, this.bits.length);
+    const e = [1n, ...new Array<bigint>(k).fill(0n)];
     for (const b of this.bits) {
-      for (let j = this.k; j >= 1; j--) e[j]! += e[j - 1]! * ((1n << BigInt(b)) - 1n);
+      for (let j = k; j >= 1; j--) e[j]! += e[j - 1]! * ((1n << BigInt(b)) - 1n);
     }
     return e.slice(1).reduce((a, b) => a + b, 0n);
   }

@@ -5,7 +5,7 @@
 export { checkPlan, deviceCap, parsePlan, EPSILON_CEILING } from "./checks.js";
 export { Device, DAY, family, type DeviceCaps, type Report } from "./device.js";
 export {
-  BudgetExceeded, DPMarginalsError, LedgerError, PlanRefused, ServiceError,
+  BudgetExceeded, DPMarginalsError, LedgerError, PlanRefused, RecordValueError, ServiceError,
 } from "./errors.js";
 export type { Payload } from "./formats.js";
 export { MAX_BATCH_REPORTS, ServiceClient, originOf, type ServiceOptions } from "./http.js";

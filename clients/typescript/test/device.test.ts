@@ -309,18 +309,64 @@ test("the device keeps its group per plan whatever the server assigns", async ()
 });
 
 // -- bad input to the API: one clear error naming the field and value, before any draw ---
-test("a record outside the domain is refused naming the attribute and value", async () => {
+test("an app's own mistakes are refused; a value outside the domain is reported at random", async () => {
   const phone = await device();
   const plan = await planWith();
-  await refused(() => phone.report(plan, { a: 1, b: 3, c: 0 }, where("r", 1)),
-                "value 3 of attribute 'b' is outside its domain 0..2", DPMarginalsError);
-  await refused(() => phone.report(plan, { a: 1, c: 0 }, where("r", 1)),
-                "the record lacks the attributes ['b']", DPMarginalsError);
   await refused(() => phone.report(plan, [1, 2], where("r", 1)),
                 "a record needs 3 values in the domain's order ['a', 'b', 'c'], got 2", DPMarginalsError);
-  await refused(() => phone.report(plan, { a: 1, b: "x", c: 0 }, where("r", 1)),
-                "attribute 'b' must be an integer code, got 'x'", DPMarginalsError);
+  await refused(() => phone.report(plan, { a: 1, b: 0, c: 0 }, where("r", 7)),
+                "group 7 is not one of the plan's groups 0..2", DPMarginalsError);
   assert.equal(total(phone), 0);
+  // a refusal the server could see would tell it the value lies outside its domain: the
+  // device reports a uniformly random value instead, charged, and tells the app locally
+  for (const [record, why] of [[{ a: 1, b: 3, c: 0 }, "value 3 of attribute 'b' is outside its domain 0..2"],
+                               [{ a: 1, c: 0 }, "the record lacks the attributes ['b']"],
+                               [{ a: 1, b: "x", c: 0 }, "attribute 'b' must be an integer code, got 'x'"]] as const) {
+    const warnings: string[] = [];
+    const fresh = await device(1.0, 10.0, { onWarning: (m) => warnings.push(m) });
+    const before = drawn();
+    const report = await fresh.report(plan, record, where("r", 1));
+    assert.equal(report.group, 1);
+    assert.ok(drawn() > before);
+    assert.equal(total(fresh), 1.0);
+    assert.equal(warnings.length, 1);
+    assert.ok(warnings[0]!.startsWith(`${why}: reported as a uniformly random value of ['b', 'c']`), warnings[0]);
+  }
+});
+
+async function sliced(lo: number, hi: number, longitudinal: number | null): Promise<JsonObject> {
+  return served({ format: "dpmarginals.plan", version: 2, method: "calm", epsilon: 1.0,
+                  longitudinal_epsilon: longitudinal, domain: [["age", { bins: [lo, (lo + hi) / 2, hi] }]],
+                  groups: [{ attributes: ["age"], oracle: "grr", epsilon: 1.0, cells: 2 }],
+                  params: { k: 1 } });
+}
+
+test("domains sliced by the server learn nothing from whether a device reports", async () => {
+  for (const longitudinal of [null, 4.0]) {
+    const outcomes = async (age: number): Promise<string[]> => {
+      const phone = await device(1.0, 6.0, { onWarning: () => {} });
+      const seen: string[] = [];
+      for (let lo = 20; lo < 60; lo += 4) {
+        try {
+          await phone.report(await sliced(lo, lo + 4, longitudinal), { age }, where(`slice${lo}`));
+          seen.push("report");
+        } catch (e) {
+          if (!(e instanceof BudgetExceeded)) throw e;
+          seen.push("refused");
+        }
+      }
+      return seen;
+    };
+    const first = await outcomes(37.3);
+    assert.deepEqual(first, [...new Array(6).fill("report"), ...new Array(4).fill("refused")]);
+    assert.deepEqual(await outcomes(80.0), first);
+    assert.deepEqual(await outcomes(21.0), first);
+  }
+  // memoized: one substitute per family, at most the longitudinal epsilon in all
+  const phone = await device(1.0, 100.0, { onWarning: () => {} });
+  const plan = await sliced(20, 24, 2.0);
+  for (let c = 0; c < 5; c++) await phone.report(plan, { age: 80 + c }, where(`m${c}`));
+  assert.equal(total(phone), 2.0);
 });
 
 test("labelled records: labels, raw numbers cut by bins, the catch-all", async () => {
@@ -335,10 +381,13 @@ test("labelled records: labels, raw numbers cut by bins, the catch-all", async (
   const phone = await device();
   const report = await phone.report(body, { sex: "male", age: 37, country: "FR" }, where("l"));
   assert.equal(report.group, 0);
-  await refused(() => phone.report(body, { sex: "other", age: 37, country: "US" }, where("l2")),
-                "attribute 'sex': value 'other' is not in the declared domain ['female', 'male']", DPMarginalsError);
-  await refused(() => phone.report(body, { sex: "male", age: 121, country: "US" }, where("l3")),
-                "attribute 'age': value 121 is not in the declared domain", DPMarginalsError);
+  // values the domain lacks: a random value reported, the app told (locally)
+  const warnings: string[] = [];
+  const told = await device(1.0, 10.0, { onWarning: (m) => warnings.push(m) });
+  await told.report(body, { sex: "other", age: 37, country: "US" }, where("l2"));
+  await told.report(body, { sex: "male", age: 121, country: "US" }, where("l3"));
+  assert.match(warnings[0]!, /^attribute 'sex': value 'other' is not in the declared domain \['female', 'male'\]: reported/);
+  assert.match(warnings[1]!, /^attribute 'age': value 121 is not in the declared domain/);
 });
 
 test("a corrupt ledger is a clear error and is never reset", async () => {

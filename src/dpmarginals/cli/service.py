@@ -218,6 +218,44 @@ def _records(args: argparse.Namespace, plan: Any) -> Any:
     return chosen
 
 
+def _device_record(args: argparse.Namespace, plan: Any) -> Any:
+    """--data's one record for a device (``client --ledger``): its codes, or, when a value
+    is outside the plan's domain, the raw values for the device to substitute (a refusal
+    the server could see would tell it so: :mod:`dpmarginals.protocol.device`, step 6).
+    File errors (no file, no rows, more than one record) are still one-line errors."""
+    from ..core.encoding import encode_frame
+    from ..core.records import read_frame
+
+    frame = read_frame(args.data, plan.domain).iloc[args.skip:][: args.limit]
+    if len(frame) != 1:
+        raise DPMarginalsError(f"--ledger keeps one device's budget: --data must hold one "
+                               f"record after --skip (or add --limit 1), got {len(frame):,}")
+    try:
+        return [int(v) for v in encode_frame(frame, plan.domain, extra_columns="ignore")[0]]
+    except DPMarginalsError:
+        row = frame.iloc[0]
+        return {a: _raw_value(row[a], plan.domain.labels[i])
+                for i, a in enumerate(plan.domain.attributes) if a in frame.columns}
+
+
+def _raw_value(value: Any, labels: Any) -> Any:
+    """A cell as the device reads a value of an attribute with these ``labels``: a label as
+    text, a binned number as a number, a code as an int (what it cannot read, it
+    substitutes)."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if labels is not None and labels.bins is None:
+        return value if isinstance(value, str) else str(value)
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return value  # a bin's name, or text where a code belongs
+    if isinstance(value, float) and value.is_integer() and labels is None:
+        return int(value)
+    return value
+
+
 def _service_client(args: argparse.Namespace) -> Any:
     """The campaign's client, its plan fetched and compared with ``--plan`` if given."""
     from ..protocol.checks import check_plan
@@ -247,12 +285,8 @@ def _client_device(args: argparse.Namespace) -> int:
                     max_period_epsilon=args.max_period_epsilon,
                     period_seconds=3600.0 * args.period_hours)
 
-    def one_record(plan: Any) -> list[int]:
-        rows = _records(args, plan)
-        if len(rows) != 1:
-            raise DPMarginalsError(f"--ledger keeps one device's budget: --data must hold one "
-                                   f"record (or add --limit 1), got {len(rows):,}")
-        return [int(v) for v in rows[0]]
+    def one_record(plan: Any) -> Any:
+        return _device_record(args, plan)
 
     if args.server is None:
         if args.plan is None or args.save_reports is None or args.campaign is None:

@@ -22,7 +22,14 @@ random, and a refusal is one line (:class:`~.ledger.PlanRefused`,
    permanent response's min(sum, longitudinal epsilon) -- against the total and the
    period caps;
 6. the randomization (OS entropy only): a memoized plan's permanent response is drawn
-   once per (family, value) and kept; every report adds fresh instantaneous noise;
+   once per (family, value) and kept; every report adds fresh instantaneous noise.  A value
+   the plan's domain cannot encode (a label or number it does not list, a code out of
+   range, an attribute the record lacks) is reported as a uniformly random value of the
+   group's attributes, charged as any report (:class:`ValueSubstituted` tells the app,
+   locally): a refusal the server could see would tell it the value lies outside the
+   domain it chose, and a server free to choose domains could slice them until a report
+   arrives (for memoized plans the substitute is one value per family, kept as its
+   permanent response);
 7. the ledger stores the report and its charge atomically before it is returned.
 
 A server that mints campaigns (fresh ids, re-minted plans) gets a fresh report each time,
@@ -60,7 +67,8 @@ from .phases import earlier_hashes
 from .plan import Plan, canonical
 from .reports import PlanCodec, ReportError
 
-__all__ = ["DAY", "AssignmentIgnored", "Device", "choose_group", "codec", "record_row"]
+__all__ = ["DAY", "AssignmentIgnored", "Device", "RecordValueError", "ValueSubstituted",
+           "choose_group", "codec", "record_row"]
 
 DAY = 86_400.0
 _SLACK = Fraction(1, 1 << 40)  # relative: sums of float budgets meet float caps
@@ -69,6 +77,17 @@ _codecs: dict[str, PlanCodec] = {}
 
 class AssignmentIgnored(UserWarning):
     """The device kept its group for a plan instead of the group it was given."""
+
+
+class ValueSubstituted(UserWarning):
+    """The record had a value the plan's domain cannot encode: the device reported a
+    uniformly random value instead (module docstring, step 6).  Local only: nothing of it
+    is sent."""
+
+
+class RecordValueError(DPMarginalsError):
+    """A value of the record the plan's domain cannot encode (the device substitutes it;
+    :func:`record_row` callers that encode data of their own see the error)."""
 
 
 def codec(plan: Plan) -> PlanCodec:
@@ -96,7 +115,7 @@ def record_row(plan: Plan, record: Mapping[str, Any] | Sequence[Any] | np.ndarra
     if isinstance(record, Mapping):
         missing = [a for a in attributes if a not in record]
         if missing:
-            raise DPMarginalsError(f"the record lacks the attributes {missing}")
+            raise RecordValueError(f"the record lacks the attributes {missing}")
         items = [(dom.index(a), record[a]) for a in attributes]
     else:
         values = list(np.asarray(record, dtype=object).ravel())
@@ -107,15 +126,45 @@ def record_row(plan: Plan, record: Mapping[str, Any] | Sequence[Any] | np.ndarra
     for i, value in items:
         labels = dom.labels[i]
         if labels is not None and (isinstance(value, str) or labels.bins is not None):
-            row[i] = labels.code_of(dom.attributes[i], value)  # the user's own value
+            try:
+                row[i] = labels.code_of(dom.attributes[i], value)  # the user's own value
+            except DPMarginalsError as exc:
+                raise RecordValueError(str(exc)) from None
             continue
         if isinstance(value, bool) or not isinstance(value, int | np.integer):
-            raise DPMarginalsError(f"attribute {dom.attributes[i]!r} must be an integer code"
+            raise RecordValueError(f"attribute {dom.attributes[i]!r} must be an integer code"
                                    f"{' or one of its labels' if labels else ''}, got {value!r}")
         if not 0 <= value < dom.sizes[i]:
-            raise DPMarginalsError(f"value {value} of attribute {dom.attributes[i]!r} is "
+            raise RecordValueError(f"value {value} of attribute {dom.attributes[i]!r} is "
                                    f"outside its domain 0..{dom.sizes[i] - 1}")
         row[i] = int(value)
+    return row
+
+
+#: The value key a group's substituted values are memoized under (one per family).
+SUBSTITUTE = "substitute"
+
+
+def group_row(plan: Plan, record: Any, group: int, *, warn: bool = True) -> np.ndarray | None:
+    """The record's row of codes for ``group``'s attributes, or None (with a local
+    :class:`ValueSubstituted` warning) when one of them cannot be encoded: the report then
+    carries a uniformly random value (:func:`random_row`), whatever the record held."""
+    try:
+        return record_row(plan, record, plan.groups[group].attributes)
+    except RecordValueError as exc:
+        if warn:
+            warnings.warn(f"{exc}: reported as a uniformly random value of "
+                          f"{list(plan.groups[group].attributes)} (plan {plan.hash[:12]})",
+                          ValueSubstituted, stacklevel=4)
+        return None
+
+
+def random_row(plan: Plan, group: int) -> np.ndarray:
+    """A uniformly random value of ``group``'s attributes, from the OS's entropy."""
+    row = np.zeros(len(plan.domain), dtype=np.int64)
+    for a in plan.groups[group].attributes:
+        i = plan.domain.index(a)
+        row[i] = secrets.randbelow(plan.domain.sizes[i])
     return row
 
 
@@ -234,12 +283,8 @@ class Device:
         if group is None or plan.longitudinal is None:
             self._check_caps(Fraction(plan.epsilon))
             return
-        plan_codec = codec(plan)
-        row = record_row(plan, record, plan.groups[group].attributes)
-        inputs = plan_codec.inputs(group, row[None, :])
-        sizes = plan.domain.project(plan.groups[group].attributes).sizes
-        memo = f"{family(plan, group)}:{_value_key(inputs, sizes)}"
-        self._check_caps(self.ledger.charge(memo, plan.epsilon))
+        row = group_row(plan, record, group, warn=False)
+        self._check_caps(self.ledger.charge(_memo_key(plan, group, row), plan.epsilon))
 
     # -- one report ---------------------------------------------------------------------------
     def report(self, plan: Any, record: Mapping[str, Any] | Sequence[Any] | np.ndarray, *,
@@ -272,22 +317,22 @@ class Device:
             g = choose_group(plan)
         plan_codec = codec(plan)
         fmt = plan_codec.oracle(g)
-        row = record_row(plan, record, plan.groups[g].attributes)
-        inputs = plan_codec.inputs(g, row[None, :])
-        memo = None
-        if plan.longitudinal is not None:
-            sizes = plan.domain.project(plan.groups[g].attributes).sizes
-            memo = f"{family(plan, g)}:{_value_key(inputs, sizes)}"
+        row = group_row(plan, record, g)
+        memo = _memo_key(plan, g, row)
         self._check_caps(self.ledger.charge(memo, plan.epsilon))
         src = SecureRandom()
         group_codec = plan_codec.groups[g]
+
+        def inputs() -> np.ndarray:  # a substitute is drawn only when it is used
+            return plan_codec.inputs(g, (random_row(plan, g) if row is None else row)[None, :])
+
         if memo is None:
-            native = fmt.perturb(inputs, rng=src)
+            native = fmt.perturb(inputs(), rng=src)
             kept_response = None
         else:
             response = self.ledger.permanent_response(memo)
             if response is None:
-                permanent = fmt.permanent(inputs, src)
+                permanent = fmt.permanent(inputs(), src)
                 response = group_codec.payloads(permanent)[0]
             else:
                 try:
@@ -309,6 +354,18 @@ class Device:
             recent = self.ledger.spent_since(self.clock() - self.period_seconds)
             left = min(left, Fraction(self.max_period_epsilon) - recent)
         return max(float(left), 0.0)
+
+
+def _memo_key(plan: Plan, group: int, row: np.ndarray | None) -> str | None:
+    """Where a memoized report's permanent response is kept: the group's family and the
+    value (:data:`SUBSTITUTE` for a substituted one); None for a plan without memoization."""
+    if plan.longitudinal is None:
+        return None
+    if row is None:
+        return f"{family(plan, group)}:{SUBSTITUTE}"
+    inputs = codec(plan).inputs(group, row[None, :])
+    sizes = plan.domain.project(plan.groups[group].attributes).sizes
+    return f"{family(plan, group)}:{_value_key(inputs, sizes)}"
 
 
 def _check_group(plan: Plan, group: object) -> int:

@@ -194,7 +194,8 @@ def coefficient_count(sizes: tuple[int, ...], k: int, support: str) -> int:
     if support == "bits":
         top = sum(sorted(bits, reverse=True)[:k])
         return sum(math.comb(sum(bits), s) for s in range(1, top + 1))
-    e = [1] + [0] * k  # elementary symmetric sums of (2^b_a - 1)
+    k = min(k, len(bits))  # the sums of more attributes than there are are 0; a plan's k
+    e = [1] + [0] * k      # may be 1e9: elementary symmetric sums of (2^b_a - 1)
     for b in bits:
         for j in range(k, 0, -1):
             e[j] += e[j - 1] * ((1 << b) - 1)
