@@ -34,7 +34,12 @@ from dpmarginals.local.em import EM
 from dpmarginals.local.wfm import WFM
 from dpmarginals.protocol.checks import check_plan
 from dpmarginals.protocol.device import DAY, AssignmentIgnored, Device, ValueSubstituted
-from dpmarginals.protocol.formats import STRATEGY_TOTAL, StrategyMatrix, encode_matrix
+from dpmarginals.protocol.formats import (
+    STRATEGY_TOTAL,
+    StrategyMatrix,
+    encode_matrix,
+    support_sizes,
+)
 from dpmarginals.protocol.http import ServiceClient
 from dpmarginals.protocol.ledger import BudgetExceeded, Ledger, LedgerError, PlanRefused
 from dpmarginals.protocol.plan import GroupSpec, Plan
@@ -761,3 +766,18 @@ def test_cli_device_reports_a_value_outside_the_plans_domain_at_random(offline):
                "--max-epsilon", "1", "--max-total-epsilon", "10", "--campaign", "c9",
                "--save-reports", "r9.jsonl", cwd=offline)
     assert out.returncode == 2 and "must hold one record" in out.stderr
+
+
+def test_an_ht_plan_with_a_huge_k_costs_what_its_attributes_allow(draws):
+    """``params.k`` of an ``ht`` plan beyond its attributes means every coefficient; the
+    device counted them with a list of k + 1 sums (k = 1e9: gigabytes before any check
+    answered).  It is the same plan as k = the attributes, and reports as that one does."""
+    dom = Domain(("a", "b"), (4, 3))
+    plans = [Plan("calm", 1.0, dom, (GroupSpec(("a", "b"), "ht", 1.0, 12),), {"k": k})
+             for k in (2, 10**9)]
+    started = time.perf_counter()
+    checked = [check_plan(p.to_dict(), 1.0) for p in plans]
+    assert time.perf_counter() - started < 5
+    sizes = [support_sizes(p) for p in checked]
+    assert sizes[0] == sizes[1] == [2 * 15]  # (3 + 3 + 9 coefficients) x (index, bit)
+    assert draws.count == 0

@@ -458,3 +458,15 @@ test("no word source can be passed to the public API", async () => {
   const node = await import("../src/node.js");
   assert.ok(!("setNodeCrypto" in node) && !("WordDraws" in node));
 });
+
+test("an ht plan with a huge k costs what its attributes allow", async () => {
+  const body = (k: number) => served({
+    format: "dpmarginals.plan", version: 2, method: "calm", epsilon: 1.0, longitudinal_epsilon: null,
+    domain: [["a", 4], ["b", 3]], groups: [{ attributes: ["a", "b"], oracle: "ht", epsilon: 1.0, cells: 12 }],
+    params: { k } });
+  const started = Date.now();
+  const huge = await (await device()).report(await body(1e9), { a: 1, b: 2 }, where("h"));
+  assert.ok(Date.now() - started < 5000);
+  const small = await (await device()).report(await body(2), { a: 1, b: 2 }, where("h"));
+  assert.equal(Array.isArray(huge.payload), Array.isArray(small.payload));
+});
