@@ -494,6 +494,27 @@ def test_reports_of_an_unchanged_value_differ_and_cost_at_most_the_longitudinal_
     assert phone.ledger.total() == 5
 
 
+def test_no_two_servers_see_one_permanent_response():
+    """With longitudinal epsilon = epsilon a memoized report is its permanent response
+    itself (no instantaneous noise), so a permanent response shared by two servers would
+    be one identifier both see.  Each origin's family is its own: its own permanent
+    response, charged as its own; one server's campaigns share theirs."""
+    plan = plan_with(longitudinal=1.0)
+    phone = device(total=100.0)
+
+    def payload(origin: str, campaign: str) -> str:
+        return str(phone.report(plan, RECORD, origin=origin, campaign=campaign,
+                                group=1)["payload"])
+
+    same = {payload(ORIGIN, f"w{i}") for i in range(3)}
+    assert len(same) == 1 and phone.ledger.total() == 1  # one server: one response
+    others = [payload(f"https://other{i}.example", "w0") for i in range(8)]
+    assert phone.ledger.total() == 9  # each server's charged as its own
+    # 8 fresh OUE responses over 15 bits, each equal to the first w.p. < 0.74^15 < 0.011:
+    # 4 or more of them equal to it w.p. < 70 x 0.011^4 < 1e-6 (OS randomness, not seeded)
+    assert sum(o in same for o in others) <= 3
+
+
 def test_unmemoized_formats_send_no_stable_identifier():
     """OLH and HR cannot be memoized: every report draws a fresh seed or index (a reused
     62-bit OLH seed identified the device), and each is charged in full."""

@@ -59,11 +59,13 @@ export interface DeviceCaps {
   onWarning?: (message: string) => void;
 }
 
-/** The permanent responses a group's reports share: its attributes (with their declared
- *  values), oracle(s) and longitudinal epsilon, hashed (32 hex digits). */
-export async function family(plan: Plan, group: number): Promise<string> {
+/** The permanent responses a group's reports share: the server's origin, the group's
+ *  attributes (with their declared values), oracle(s) and longitudinal epsilon, hashed (32
+ *  hex digits): no two servers see one permanent response. */
+export async function family(plan: Plan, group: number, origin: string): Promise<string> {
   const spec = plan.groups[group]!;
   const body: Record<string, unknown> = {
+    origin,
     attributes: spec.attributes.map((a) => [a, plan.domain.spec(a)]),
     oracle: spec.oracle,
     longitudinal_epsilon: plan.longitudinal === null ? null : new PyFloat(plan.longitudinal),
@@ -223,22 +225,22 @@ export class Device {
     return fmt.encode(plan.groups[g]!.attributes.map((a) => draws.uniform(plan.domain.size(a))));
   }
 
-  private async memoKey(plan: Plan, g: number, input: Input | null): Promise<string | null> {
+  private async memoKey(plan: Plan, g: number, input: Input | null, origin: string): Promise<string | null> {
     if (plan.longitudinal === null) return null;
-    if (input === null) return `${await family(plan, g)}:${SUBSTITUTE}`;
+    if (input === null) return `${await family(plan, g, origin)}:${SUBSTITUTE}`;
     const sizes = plan.groups[g]!.attributes.map((a) => plan.domain.size(a));
-    return `${await family(plan, g)}:${valueKey(input, sizes)}`;
+    return `${await family(plan, g, origin)}:${valueKey(input, sizes)}`;
   }
 
-  /** Raise BudgetExceeded unless the caps can pay for a report in `group` (null: any
-   *  group, at the worst case, the plan's epsilon).  Nothing is drawn. */
-  async checkCharge(plan: Plan, record: unknown, group: number | null): Promise<void> {
+  /** Raise BudgetExceeded unless the caps can pay for a report to `origin` in `group`
+   *  (null: any group, at the worst case, the plan's epsilon).  Nothing is drawn. */
+  async checkCharge(plan: Plan, record: unknown, group: number | null, origin: string): Promise<void> {
     if (group === null || plan.longitudinal === null) {
       this.checkCaps(fromNumber(plan.epsilon));
       return;
     }
     const input = this.inputOf(plan, group, record, false);
-    this.checkCaps(this.ledger.charge(await this.memoKey(plan, group, input), plan.epsilon));
+    this.checkCaps(this.ledger.charge(await this.memoKey(plan, group, input, origin), plan.epsilon));
   }
 
   // -- one report --------------------------------------------------------------------------
@@ -249,11 +251,12 @@ export class Device {
     return this.ledger.locked(async () => {
       const [checked, key, stored] = await this.acceptUnlocked(plan, where.origin, where.campaign);
       if (stored !== null) return asReport(stored);
-      return this.fresh(checked, key, record, where.group ?? null);
+      return this.fresh(checked, key, record, where.group ?? null, where.origin);
     });
   }
 
-  private async fresh(plan: Plan, key: string, record: unknown, group: number | null): Promise<Report> {
+  private async fresh(plan: Plan, key: string, record: unknown, group: number | null,
+                      origin: string): Promise<Report> {
     if (!plan.m) {
       throw new DPMarginalsError(`plan of method ${pyr(plan.method)} has no groups: its users report `
                                  + "nothing, so it cannot be collected");
@@ -288,7 +291,7 @@ export class Device {
     }
     const fmt = groupFormat(plan, g);
     const input = this.inputOf(plan, g, record, true);
-    const memo = await this.memoKey(plan, g, input);
+    const memo = await this.memoKey(plan, g, input, origin);
     this.checkCaps(this.ledger.charge(memo, plan.epsilon));
     let keptResponse: [string, Json, number] | null = null;
     let payload: Payload;

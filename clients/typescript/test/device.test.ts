@@ -470,3 +470,19 @@ test("an ht plan with a huge k costs what its attributes allow", async () => {
   const small = await (await device()).report(await body(2), { a: 1, b: 2 }, where("h"));
   assert.equal(Array.isArray(huge.payload), Array.isArray(small.payload));
 });
+
+test("no two servers see one permanent response", async () => {
+  // longitudinal = epsilon: a memoized report is its permanent response itself
+  const phone = await device(1.0, 100.0);
+  const plan = await planWith({ longitudinal: 1.0 });
+  const payload = async (origin: string, campaign: string) =>
+    JSON.stringify((await phone.report(plan, RECORD, { origin, campaign, group: 1 })).payload);
+  const same = new Set([await payload(ORIGIN, "w0"), await payload(ORIGIN, "w1"), await payload(ORIGIN, "w2")]);
+  assert.equal(same.size, 1);
+  assert.equal(total(phone), 1);
+  const others: string[] = [];
+  for (let i = 0; i < 8; i++) others.push(await payload(`https://other${i}.example`, "w0"));
+  assert.equal(total(phone), 9); // each server's family charged as its own
+  // each fresh 15-bit OUE response equals the first w.p. < 0.011: 4 of 8 w.p. < 1e-6
+  assert.ok(others.filter((o) => same.has(o)).length <= 3);
+});

@@ -168,12 +168,15 @@ def random_row(plan: Plan, group: int) -> np.ndarray:
     return row
 
 
-def family(plan: Plan, group: int) -> str:
-    """The permanent responses a group's reports share: its attributes (with their declared
-    values), oracle(s) and longitudinal epsilon, hashed.  Any plan whose group has the
-    same family noises the same permanent response of an unchanged value."""
+def family(plan: Plan, group: int, origin: str) -> str:
+    """The permanent responses a group's reports share: the server's ``origin``, the
+    group's attributes (with their declared values), oracle(s) and longitudinal epsilon,
+    hashed.  Any plan of that server whose group has the same family noises the same
+    permanent response of an unchanged value; another server's gets a permanent response
+    of its own (charged as its own), so no two servers see one permanent response."""
     spec = plan.groups[group]
     body: dict[str, Any] = {
+        "origin": origin,
         "attributes": [[a, plan.domain.project((a,)).to_dict()[a]] for a in spec.attributes],
         "oracle": spec.oracle, "longitudinal_epsilon": plan.longitudinal}
     if spec.oracle == "em":
@@ -277,14 +280,15 @@ class Device:
         return report
 
     def check_charge(self, plan: Plan, record: Mapping[str, Any] | Sequence[Any] | np.ndarray,
-                     group: int | None) -> None:
-        """Raise :class:`BudgetExceeded` unless the caps can pay for a report in ``group``
-        (None: any group, at the worst case, the plan's epsilon); nothing is drawn."""
+                     group: int | None, *, origin: str) -> None:
+        """Raise :class:`BudgetExceeded` unless the caps can pay for a report to ``origin``
+        in ``group`` (None: any group, at the worst case, the plan's epsilon); nothing is
+        drawn."""
         if group is None or plan.longitudinal is None:
             self._check_caps(Fraction(plan.epsilon))
             return
         row = group_row(plan, record, group, warn=False)
-        self._check_caps(self.ledger.charge(_memo_key(plan, group, row), plan.epsilon))
+        self._check_caps(self.ledger.charge(_memo_key(plan, group, row, origin), plan.epsilon))
 
     # -- one report ---------------------------------------------------------------------------
     def report(self, plan: Any, record: Mapping[str, Any] | Sequence[Any] | np.ndarray, *,
@@ -296,9 +300,10 @@ class Device:
             checked, key, stored = self._accept(plan, origin, campaign)
             if stored is not None:
                 return dict(stored)
-            return self._fresh(checked, key, record, group)
+            return self._fresh(checked, key, record, group, origin)
 
-    def _fresh(self, plan: Plan, key: str, record: Any, group: int | None) -> dict[str, Any]:
+    def _fresh(self, plan: Plan, key: str, record: Any, group: int | None, origin: str
+               ) -> dict[str, Any]:
         kept = self.ledger.group_of(plan.hash)
         requested = None if group is None else _check_group(plan, group)
         if kept is not None:
@@ -318,7 +323,7 @@ class Device:
         plan_codec = codec(plan)
         fmt = plan_codec.oracle(g)
         row = group_row(plan, record, g)
-        memo = _memo_key(plan, g, row)
+        memo = _memo_key(plan, g, row, origin)
         self._check_caps(self.ledger.charge(memo, plan.epsilon))
         src = SecureRandom()
         group_codec = plan_codec.groups[g]
@@ -356,16 +361,16 @@ class Device:
         return max(float(left), 0.0)
 
 
-def _memo_key(plan: Plan, group: int, row: np.ndarray | None) -> str | None:
+def _memo_key(plan: Plan, group: int, row: np.ndarray | None, origin: str) -> str | None:
     """Where a memoized report's permanent response is kept: the group's family and the
     value (:data:`SUBSTITUTE` for a substituted one); None for a plan without memoization."""
     if plan.longitudinal is None:
         return None
     if row is None:
-        return f"{family(plan, group)}:{SUBSTITUTE}"
+        return f"{family(plan, group, origin)}:{SUBSTITUTE}"
     inputs = codec(plan).inputs(group, row[None, :])
     sizes = plan.domain.project(plan.groups[group].attributes).sizes
-    return f"{family(plan, group)}:{_value_key(inputs, sizes)}"
+    return f"{family(plan, group, origin)}:{_value_key(inputs, sizes)}"
 
 
 def _check_group(plan: Plan, group: object) -> int:
