@@ -62,15 +62,20 @@ export class FileStore implements LedgerStore {
   }
 
   /** Exclusive across processes: a lock folder beside the file, made whole (with its
-   *  owner's pid) and renamed into place, which is atomic; one left by a process that is
-   *  gone (or older than a minute) is moved aside and removed.  Stale temporary files of a
-   *  writer killed mid-write are removed under the lock. */
+   *  owner's pid and a random token) and renamed into place, which is atomic; one left by
+   *  a process that is gone is moved aside and removed (a live holder's never is, however
+   *  long it holds it: a stopped process keeps its lock, and the waiter times out).  A
+   *  folder moved aside that turns out to be another live holder's (two waiters breaking
+   *  one stale lock) is put back, and a holder releases only its own.  Stale temporary
+   *  files of a writer killed mid-write are removed under the lock. */
   async lock<T>(body: () => Promise<T>): Promise<T> {
     const lock = `${this.path}.lockdir`;
     const deadline = Date.now() + this.lockTimeout * 1000;
+    const me = `${process.pid} ${randomBytes(8).toString("hex")}`;
+    const ownerOf = (dir: string) => fs.readFile(join(dir, "pid"), "utf8").catch(() => "");
     const made = async () => {
       const dir = await fs.mkdtemp(`${this.path}.lock-`);
-      await fs.writeFile(join(dir, "pid"), String(process.pid));
+      await fs.writeFile(join(dir, "pid"), me);
       return dir;
     };
     let mine = await made();
@@ -86,12 +91,17 @@ export class FileStore implements LedgerStore {
             throw new LedgerError(`cannot lock ${this.name}: ${(exc as Error).message}`);
           }
         }
-        const owner = Number(await fs.readFile(join(lock, "pid"), "utf8").catch(() => "0"));
+        const seen = await ownerOf(lock);
+        const owner = Number(seen.split(" ")[0]) || 0;
         const age = Date.now() - ((await fs.stat(lock).catch(() => null))?.mtimeMs ?? Date.now());
-        if ((owner && !alive(owner)) || age > 60_000) {
+        if (owner ? !alive(owner) : age > 60_000) { // a pid-less lock: not one of ours
           const aside = `${lock}.stale-${randomBytes(6).toString("hex")}`;
           if (await fs.rename(lock, aside).then(() => true, () => false)) {
-            await fs.rm(aside, { recursive: true, force: true });
+            if (await ownerOf(aside) === seen) {
+              await fs.rm(aside, { recursive: true, force: true });
+            } else { // another waiter broke it first and a live holder took the path
+              await fs.rename(aside, lock).catch(() => undefined);
+            }
           }
           continue;
         }
@@ -113,16 +123,18 @@ export class FileStore implements LedgerStore {
         if (stale) await fs.rm(join(folder, entry), { recursive: true, force: true });
         else if (entry.startsWith(`${name}.lock-`)) { // a locker killed before its rename
           const where = join(folder, entry);
-          const pid = Number(await fs.readFile(join(where, "pid"), "utf8").catch(() => "0"));
+          const pid = Number((await ownerOf(where)).split(" ")[0]) || 0;
           const age = Date.now() - ((await fs.stat(where).catch(() => null))?.mtimeMs ?? Date.now());
           if (pid ? !alive(pid) : age > 60_000) await fs.rm(where, { recursive: true, force: true });
         }
       }
       return await body();
     } finally { // moved aside whole first: the lock's path is never an empty folder
-      const gone = `${lock}.stale-${randomBytes(6).toString("hex")}`;
-      await fs.rename(lock, gone);
-      await fs.rm(gone, { recursive: true, force: true });
+      if (await ownerOf(lock) === me) { // only our own
+        const gone = `${lock}.stale-${randomBytes(6).toString("hex")}`;
+        await fs.rename(lock, gone);
+        await fs.rm(gone, { recursive: true, force: true });
+      }
     }
   }
 }

@@ -3,7 +3,7 @@
 // and exclusive across processes (several processes under one total cap never overspend).
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, utimesSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
@@ -68,6 +68,25 @@ test("processes of one device never overspend: the file's lock", async () => {
   const ledger = await Ledger.open(new FileStore(path));
   assert.equal(toNumber(ledger.total()), 0.05);
   assert.equal((ledger.document()["charges"] as unknown[]).length, 5);
+});
+
+test("a live holder's lock is never taken, however old; a dead one's is", async () => {
+  const dir = tempDir();
+  const path = join(dir, "ledger.json");
+  const lock = `${path}.lockdir`;
+  mkdirSync(lock);
+  writeFileSync(join(lock, "pid"), `${process.pid} feedc0de`); // this live process, stopped
+  const old = new Date(Date.now() - 10 * 60_000);
+  utimesSync(lock, old, old); // ten minutes old: a stopped holder is still a holder
+  const store = new FileStore(path, 1);
+  await assert.rejects(Device.open(store, { maxEpsilon: 1, maxTotalEpsilon: 3 })
+    .then((d) => d.report(planWith(), RECORD, { origin: "https://x", campaign: "a" })),
+  (e: Error) => e instanceof LedgerError && e.message.includes(`is held by process ${process.pid}`));
+  assert.equal(readFileSync(join(lock, "pid"), "utf8"), `${process.pid} feedc0de`);
+  writeFileSync(join(lock, "pid"), "2147483646 0"); // no such process: taken over
+  const phone = await Device.open(new FileStore(path, 1), { maxEpsilon: 1, maxTotalEpsilon: 3 });
+  await phone.report(await planWith(), RECORD, { origin: "https://x", campaign: "b" });
+  assert.deepEqual(readdirSync(dir).sort(), ["ledger.json"]);
 });
 
 test("without a global crypto (Node 18), the ./node entry supplies node:crypto's WebCrypto", async () => {
