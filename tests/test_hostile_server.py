@@ -802,3 +802,12 @@ def test_an_ht_plan_with_a_huge_k_costs_what_its_attributes_allow(draws):
     sizes = [support_sizes(p) for p in checked]
     assert sizes[0] == sizes[1] == [2 * 15]  # (3 + 3 + 9 coefficients) x (index, bit)
     assert draws.count == 0
+
+
+def test_a_plan_without_groups_or_nested_too_deep_is_one_line(draws):
+    """Two plans that reached Python's own errors (the TypeScript client's are these)."""
+    empty = Plan("calm", 1.0, DOMAIN, (), {"k": 2})
+    refused(lambda: device().report(empty, RECORD, origin=ORIGIN, campaign="c"),
+            "has no groups", draws, DPMarginalsError)
+    deep = '{"format": "dpmarginals.plan", "params": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    refused(lambda: check_plan(deep, 1.0), "nested too deep", draws)

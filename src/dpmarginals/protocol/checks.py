@@ -94,6 +94,8 @@ def parse_plan(source: Plan | Mapping[str, Any] | str | os.PathLike[str]) -> Pla
         spec = json.loads(text, parse_constant=_reject_constant)
     except ValueError as exc:
         raise DPMarginalsError(f"plan is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise refused("the plan's JSON is nested too deep") from None
     if not isinstance(spec, Mapping):
         raise refused(f"a plan is a JSON object, got {type(spec).__name__}")
     return _plan_from_dict(spec)

@@ -304,6 +304,9 @@ class Device:
 
     def _fresh(self, plan: Plan, key: str, record: Any, group: int | None, origin: str
                ) -> dict[str, Any]:
+        if not plan.m:
+            raise DPMarginalsError(f"plan of method {plan.method!r} has no groups: its users "
+                                   "report nothing, so it cannot be collected")
         kept = self.ledger.group_of(plan.hash)
         requested = None if group is None else _check_group(plan, group)
         if kept is not None:
