@@ -584,6 +584,29 @@ def test_result_round_trip(tmp_path, planted):
     assert m.values.shape == (2, 2) and abs(m.values.sum() - 1) < 1e-9
 
 
+def test_a_saved_release_carries_its_digest_and_an_edit_is_refused(tmp_path, planted):
+    """A k-tuple release is sealed as the synopses are: an edited epsilon is refused in one
+    line, and a file without its digest is read as not private (it was read as private
+    whatever was edited)."""
+    from dpmarginals.private_release import load_release
+
+    res = DPMarginals(1.0, 1e-6, 2).fit(planted, rng=0, simulation=True)
+    res.private = True  # as a private release would be marked (no OpenDP run needed here)
+    path = tmp_path / "r.json"
+    res.save(path)
+    assert load_release(path).provenance.private
+    body = json.loads(path.read_text())
+    body["budget"]["epsilon"] = 0.01
+    (tmp_path / "edited.json").write_text(json.dumps(body))
+    with pytest.raises(DPMarginalsError, match="was altered after it was saved"):
+        load_release(tmp_path / "edited.json")
+    del body["digest"]
+    (tmp_path / "bare.json").write_text(json.dumps(body))
+    with pytest.warns(UserWarning, match="NOT a private release: it records no digest"):
+        bare = load_release(tmp_path / "bare.json")
+    assert not bare.provenance.private
+
+
 # -- command line -------------------------------------------------------------------------
 def _main(monkeypatch, capsys, *argv: str) -> tuple[int, str, str]:
     original = cli.build_parser
@@ -625,6 +648,13 @@ def test_cli_json_and_text(monkeypatch, capsys, planted_file, tmp_path):
     assert len(res["found"]) == 3 and 120 <= res["found"][0] <= 122
     assert res["spurious_fraction"][0] == 0.0 and res["private"] is True
     assert DPMarginalsResult.load(out_file).found() == res["found"]
+    # query --tuple: an item the release does not hold is one line naming it (a traceback)
+    saved = DPMarginalsResult.load(out_file)
+    a, b = (col for col, _ in saved.items[:2])
+    code, out, _ = _main(monkeypatch, capsys, "query", str(out_file), "--tuple", f"{a},{b}")
+    assert code == 0 and f"{a}, {b}: " in out
+    code, _, err = _main(monkeypatch, capsys, "query", str(out_file), "--tuple", f"{a},nosuch")
+    assert code == 2 and err.count("\n") == 1 and "no item 'nosuch' was extracted" in err
     code, out, _ = _main(monkeypatch, capsys, "central", "--data", planted_file, "--epsilon",
                          "1", "--delta", "1e-6", "--max-k", "2", "--seed", "3")
     assert code == 0

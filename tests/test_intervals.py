@@ -70,6 +70,20 @@ def test_the_range_of_exact_tables_holds_the_truth_and_rules_values_out():
         assert (got.upper - got.lower < 0.9).all()
 
 
+def test_an_attribute_no_group_measured_spans_everything_without_an_error():
+    """A plan that leaves an attribute out (CALM's few groups at small n) answers it from
+    nothing: its range is [0, 1] per cell (``query --std`` raised from an empty program)."""
+    data = random_network(5000, seed=3)
+    plan = CALM(epsilon=1.0, k=3).plan(data.domain, 5000)
+    covered = {a for g in plan.groups for a in g.attributes}
+    kept = dataclasses.replace(plan, groups=tuple(
+        g for g in plan.groups if data.domain.attributes[0] not in g.attributes))
+    assert data.domain.attributes[0] in covered  # the plan did measure it
+    syn = exact_synopsis(data, kept)
+    got = measured_range(syn, (data.domain.attributes[0],))
+    assert (got.lower == 0).all() and (got.upper == 1).all()
+
+
 def test_a_pair_the_measured_tables_determine_gets_a_narrow_range():
     """a0 is a copy of a1, and (a0, a1), (a1, a2) are measured: the unmeasured (a0, a2)
     equals (a1, a2), so its range is about the noise of the measured tables wide, while

@@ -228,7 +228,9 @@ def load_release(path: str | Path) -> Any:
     if not isinstance(body, dict) or body.get("format") != RELEASE_FORMAT:
         raise DPMarginalsError(f"{str(path)!r} is not a dpmarginals release or synopsis")
     try:
-        result = DPMarginalsResult.from_dict(body)
+        result = DPMarginalsResult.from_file_body(body, str(path))
+    except DPMarginalsError:
+        raise
     except (KeyError, TypeError, ValueError) as exc:
         raise DPMarginalsError(f"malformed k-tuple release {str(path)!r}: {exc!r}") from None
     warn_if_not_private(result.provenance, str(path))

@@ -68,6 +68,8 @@ class DPMarginalsResult:
     private: bool
     name: str = "records"
     timings: list[dict[str, float]] = field(default_factory=list)
+    #: Why a file marked private is not taken for one (read without a digest), or None.
+    unsealed: str | None = None
 
     # -- views ----------------------------------------------------------------------
     @property
@@ -103,9 +105,10 @@ class DPMarginalsResult:
     def count(self, items: Sequence[tuple[str, str] | str]) -> int | None:
         """The noisy count of one tuple given as ``(column, value)`` pairs (or column names
         for transactional data); ``None`` when it was not extracted."""
-        ids = sorted(self._item_id(it) for it in items)
-        if not ids or None in ids:
+        found = [self._item_id(it) for it in items]
+        if not found or None in found:
             return None
+        ids = sorted(i for i in found if i is not None)
         level = self._level(len(ids))
         hit = np.flatnonzero((level.tuples == np.asarray(ids)).all(axis=1))
         return int(level.counts[hit[0]]) if hit.size else None
@@ -184,7 +187,12 @@ class DPMarginalsResult:
 
     @property
     def provenance(self) -> Provenance:
-        """The privacy mark saved with the release."""
+        """The privacy mark saved with the release (not private when read from a file
+        without its digest: nothing tells whether it was edited)."""
+        if self.private and self.unsealed is not None:
+            return Provenance(False, "central", "dp_marginals", float(self.budget["epsilon"]),
+                              delta=float(self.budget["delta"]), unit=CENTRAL_UNIT,
+                              reason=self.unsealed)
         if self.private:
             return Provenance(True, "central", "dp_marginals", float(self.budget["epsilon"]),
                               delta=float(self.budget["delta"]), unit=CENTRAL_UNIT,
@@ -216,8 +224,12 @@ class DPMarginalsResult:
         }
 
     def save(self, path: str | Path) -> None:
+        """Write :meth:`to_dict` as JSON with the digest of its content
+        (:mod:`dpmarginals.synopsis.release_file`: an edit is detected on load)."""
+        from ..synopsis.release_file import sealed
+
         try:
-            Path(path).write_text(json.dumps(self.to_dict()))
+            Path(path).write_text(json.dumps(sealed(self.to_dict())))
         except OSError as exc:
             raise DPMarginalsError(f"cannot write {str(path)!r}: "
                                    f"{describe_os_error(exc, path)}") from None
@@ -239,11 +251,26 @@ class DPMarginalsResult:
 
     @classmethod
     def load(cls, path: str | Path) -> DPMarginalsResult:
+        """Read a saved release: an edited one (its digest no longer matching) is refused,
+        one without a digest is read as not private."""
         try:
-            return cls.from_dict(json.loads(Path(path).read_text()))
+            return cls.from_file_body(json.loads(Path(path).read_text()), str(path))
+        except DPMarginalsError:
+            raise
         except (OSError, ValueError, KeyError) as exc:
             raise DPMarginalsError(f"cannot load a DP marginals result from {str(path)!r}: "
                                    f"{exc}") from None
+
+    @classmethod
+    def from_file_body(cls, body: dict[str, Any], source: str) -> DPMarginalsResult:
+        """:meth:`from_dict` of a file's JSON, its digest checked first."""
+        from ..synopsis.base import UNSEALED
+        from ..synopsis.release_file import check_digest
+
+        result = cls.from_dict(body)
+        if not check_digest(body, source):
+            result.unsealed = UNSEALED
+        return result
 
 
 def _finite(x: float) -> float | None:

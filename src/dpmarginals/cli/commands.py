@@ -461,6 +461,15 @@ def _query_one_tuple(release: Any, args: argparse.Namespace) -> int:
                                f"{len(items)}")
     if len(set(items)) != len(items):
         raise DPMarginalsError(f"--tuple: items repeat in {items}")
+    known = set(release.items)
+    unknown = [t for t, p in zip(items, pairs, strict=True)
+               if ((p, "1") if release.binary else tuple(p)) not in known]
+    if unknown:
+        names = sorted(release.columns()) if release.binary else sorted(
+            f"{c}={v}" for c, v in release.items)
+        raise DPMarginalsError(f"--tuple: no item {unknown[0]!r} was extracted in this release "
+                               f"(its items: {', '.join(names[:8])}"
+                               f"{', ...' if len(names) > 8 else ''})")
     count = release.count(pairs)
     level = release.levels[len(items) - 1]
     mark = release.provenance.describe()
@@ -753,7 +762,7 @@ QUERY = Command(
     "extracted tuples over those columns with their noisy counts, and "
     "--tuple gives one tuple's count (or says it was not extracted).",
     epilog="Examples: dpmarginals query r.json --attributes age,sex,income; "
-    "dpmarginals query k.json --tuple 3,17 (items of a transactional "
+    "dpmarginals query k.json --tuple frontpage,news (items of a transactional "
     "release) or --tuple color=red,size=M (a table's values)",
     args=(
         arg("synopsis", help="release or synopsis JSON file"),

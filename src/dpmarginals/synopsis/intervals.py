@@ -187,6 +187,9 @@ def measured_range(synopsis: Any, attrs: Sequence[str], *, z: float = Z95,
     support = _support(query, groups, sizes, min(max_cells, RANGE_WORK // qcells))
     shape = tuple(sizes[a] for a in support)
     measured = _measured_sets(support, groups)
+    qshape = tuple(sizes[a] for a in query)
+    if not measured:  # no group measured any of it: nothing is ruled out
+        return MeasuredRange(np.zeros(qshape), np.ones(qshape), support, z, linear is not None)
     rows, centre, spread = [], [], []
     for s in sorted(measured, key=lambda t: (len(t), t)):
         est, sd = pooled_estimate(source, s)
@@ -216,7 +219,6 @@ def measured_range(synopsis: Any, attrs: Sequence[str], *, z: float = Z95,
                           bounds=(0, None), method="highs", options=options)
             if res.status == 0:  # else (numerical trouble): nothing is ruled out
                 out[i] = sign * res.fun
-    qshape = tuple(sizes[a] for a in query)
     return MeasuredRange(np.clip(lower, 0, 1).reshape(qshape),
                          np.clip(upper, 0, 1).reshape(qshape), support, z,
                          linear is not None)
