@@ -304,16 +304,18 @@ def test_chromium_reports_through_the_service_and_the_release_is_the_same(
         sent["survey"] += worker
         refusals = page.evaluate("args => window.runRefusals(args)", {
             "server": service.url, "campaign": "survey", "record": _people(1, 9)[0]})
-        assert [r[0] for r in refusals] == ["PlanRefused", "BudgetExceeded", "DPMarginalsError"]
+        assert [r[0] for r in refusals] == ["PlanRefused", "BudgetExceeded", "reported"]
         assert "exceeds this device's max_epsilon = 1.0" in refusals[0][1]
         assert "max_total_epsilon = 1 refuses this report" in refusals[1][1]
-        assert "is not in the declared domain" in refusals[2][1]
+        assert "is not in the declared domain" in refusals[2][1]  # told, locally
+        assert "reported as a uniformly random value" in refusals[2][1]
+        sent["survey"].append(refusals[2][2])  # sent like any report
         assert not errors, errors
         context.close()
 
         for name, (plan, n, _) in campaigns.items():
             reports = sent[name]
-            assert len(reports) == n + (20 if name == "survey" else 0)
+            assert len(reports) == n + (21 if name == "survey" else 0)
             assert len({r["report_id"] for r in reports}) == len(reports)
             # the service holds exactly these reports (OLH seeds beyond 2^53 included)
             stored = [json.loads(line) for line in

@@ -36,6 +36,7 @@ from .core.provenance import (
     Provenance,
     warn_if_not_private,
 )
+from .protocol.plan import Plan, warn_uncovered
 from .protocol.reports import MAX_GROUP_CELLS
 from .synopsis.base import SYNOPSIS_FORMAT, Synopsis, load_synopsis, read_json
 
@@ -183,7 +184,10 @@ def _check_size(algo: Any, data: Dataset) -> None:
         if size > MAX_GROUP_CELLS:
             raise DPMarginalsError(f"attribute {a!r} has {size:,} values; a release handles "
                                    f"at most {MAX_GROUP_CELLS:,} per marginal: bin it")
-    for group in algo.plan(data.domain, data.n).groups:
+    plan = algo.plan(data.domain, data.n)
+    if isinstance(plan, Plan):  # a local plan (a central method's has no groups)
+        warn_uncovered(plan)
+    for group in plan.groups:
         if group.cells > MAX_GROUP_CELLS:
             raise DPMarginalsError(
                 f"the marginal over {list(group.attributes)} has {group.cells:,} cells; a "

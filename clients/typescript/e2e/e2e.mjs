@@ -45,9 +45,10 @@ window.runRefusals = async ({ server, campaign, record }) => {
   const client = new ServiceClient(server, campaign);
   const out = [];
   const attempt = async (caps, rec) => {
+    const told = [];
     try {
-      await client.submit(rec, await Device.open(null, caps));
-      out.push(["reported", ""]);
+      const report = await client.submit(rec, await Device.open(null, { ...caps, onWarning: (m) => told.push(m) }));
+      out.push(["reported", told.join("; "), report]);
     } catch (exc) {
       out.push([exc instanceof PlanRefused ? "PlanRefused" : exc instanceof BudgetExceeded
         ? "BudgetExceeded" : exc.name, exc.message]);
@@ -55,7 +56,8 @@ window.runRefusals = async ({ server, campaign, record }) => {
   };
   await attempt({ maxEpsilon: 1, maxTotalEpsilon: 20 }, record); // a plan above the cap
   await attempt({ maxEpsilon: 2, maxTotalEpsilon: 1 }, record); // the total cap
-  // a record outside the domain (every attribute: whichever group the device gets)
+  // a record outside the domain (every attribute: whichever group the device gets) is
+  // reported as a random value, the app told: a refusal would tell the server
   await attempt(CAPS, { sex: "unknown", age: -5, region: "mars", smoker: "maybe" });
   return out;
 };

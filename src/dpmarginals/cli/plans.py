@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.errors import DPMarginalsError
+from ..protocol.plan import warn_uncovered
 
 __all__ = ["LONGITUDINAL_FACTOR", "build_plan", "describe_plan", "longitudinal"]
 
@@ -71,6 +72,7 @@ def build_plan(method: str, domain: str, epsilon: float, k: int, n: int,
         plan = make(method, **params).plan(dom, n)
     if not plan.groups and not plan.params:
         raise DPMarginalsError(f"method {method!r} makes no collectable plan")
+    warn_uncovered(plan)
     if memo == "auto":
         memo = LONGITUDINAL_FACTOR * plan.epsilon if memoizable(plan) else None
     elif memo is not None and not memoizable(plan):
@@ -86,3 +88,4 @@ def describe_plan(plan: Any) -> str:
             else f"longitudinal epsilon {plan.longitudinal:g}")
     return (f"{plan.method}, epsilon={plan.epsilon} per report, {memo}, {plan.m} groups, "
             f"plan hash {plan.hash}")
+

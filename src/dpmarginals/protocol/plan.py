@@ -30,6 +30,7 @@ import copy
 import hashlib
 import json
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +41,7 @@ import rfc8785
 from ..core.domain import Domain
 from ..core.errors import DPMarginalsError
 
-__all__ = ["PLAN_VERSION", "SAFE_INTEGER", "GroupSpec", "Plan", "canonical"]
+__all__ = ["PLAN_VERSION", "SAFE_INTEGER", "GroupSpec", "Plan", "canonical", "warn_uncovered"]
 
 PLAN_VERSION = 2
 SAFE_INTEGER = (1 << 53) - 1
@@ -115,6 +116,11 @@ class Plan:
                 raise DPMarginalsError(f"plan longitudinal_epsilon = {self.longitudinal!r} must "
                                        f"be a finite number >= epsilon = {self.epsilon!r}")
             object.__setattr__(self, "longitudinal", value)
+
+    def uncovered(self) -> list[str]:
+        """The domain's attributes in none of the groups: nothing is collected about them."""
+        held = {a for g in self.groups for a in g.attributes}
+        return [a for a in self.domain.attributes if a not in held]
 
     @property
     def m(self) -> int:
@@ -236,3 +242,15 @@ def _typed(spec: Mapping[str, Any], key: str, kind: type) -> Any:
 def attribute_names(domain: Domain, index_sets: Sequence[Sequence[int]]) -> list[tuple[str, ...]]:
     """Attribute-index sets -> attribute-name tuples (in domain order)."""
     return [tuple(domain.attributes[i] for i in sorted(s)) for s in index_sets]
+
+
+def warn_uncovered(plan: Plan) -> None:
+    """Warn when the plan's groups leave attributes out (CALM's Algorithm 1 gives m =
+    theta n groups: 2 of 2 attributes each for 2,000 users), whose answers would then be
+    uniform guesses."""
+    left = plan.uncovered() if plan.groups else []
+    if left:
+        later = " unless a later phase measures them" if "phases" in plan.params else ""
+        warnings.warn(f"the {plan.method} plan's {plan.m} groups leave out {left}: nothing "
+                      f"is collected about them, so their answers are uniform guesses{later} "
+                      "(more users, or --m / --l to measure more)", stacklevel=2)
