@@ -384,7 +384,13 @@ def ensure_file(
                 failures.append(str(exc))
     where = ", ".join(str(d) for d in dirs)
     label = f"data set {dataset!r}: " if dataset else ""
-    source = f" (public source: {file.urls[0][0]})" if file.urls else ""
+    source = ""
+    if file.urls:
+        url, convert = file.urls[0]
+        converted = ("" if convert is copy else
+                     f", which is not {file.path} itself: dpmarginals converts it when it "
+                     "downloads it")
+        source = f" (public source: {url}{converted})"
     if failures:
         tail = f"; download failed: {' | '.join(failures)}"
     elif file.urls and not download_allowed(download):
