@@ -429,3 +429,21 @@ def test_a_plan_that_leaves_attributes_out_says_so():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         release(people(4000), DOMAIN, method="calm", epsilon=1.0, k=2)
+
+
+def test_small_input_mistakes_are_one_line_errors(tmp_path):
+    """A domain JSON with a BOM is read (CSV files with one are); a ';'-separated file is
+    told so; a list as the domain and a dict given to read_records are named, not
+    TypeError / AttributeError (a new user's trial)."""
+    from dpmarginals.core.records import read_records
+
+    (tmp_path / "d.json").write_bytes(b"\xef\xbb\xbf" + json.dumps(DOMAIN).encode())
+    assert Domain.load(tmp_path / "d.json").attributes == tuple(DOMAIN)
+    frame = people(50)
+    frame.to_csv(tmp_path / "semi.csv", sep=";", index=False)
+    with pytest.raises(DPMarginalsError, match="is the file separated by ';'"):
+        release(tmp_path / "semi.csv", DOMAIN, epsilon=1.0, k=2)
+    with pytest.raises(DPMarginalsError, match="domain must be a Domain, a dict"):
+        release(frame, [["sex", 2]], epsilon=1.0, k=2)
+    frame.to_csv(tmp_path / "p.csv", index=False)
+    assert read_records(tmp_path / "p.csv", DOMAIN).codes.shape == (50, len(DOMAIN))

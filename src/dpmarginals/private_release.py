@@ -209,6 +209,9 @@ def _dataset(data: pd.DataFrame | Dataset | str | Path,
             "(--domain-from-data) reads it off the data and publishes it")
     if domain is not None and domain_from_data:
         raise DPMarginalsError("give either a domain or domain_from_data=True, not both")
+    if domain is not None and not isinstance(domain, Domain | Mapping | str | Path):
+        raise DPMarginalsError(f"domain must be a Domain, a dict ({{'sex': ['f', 'm'], ...}}) "
+                               f"or a domain JSON file's path, got {type(domain).__name__}")
     with warnings.catch_warnings():
         warnings.simplefilter("always", PrivacyLeakWarning)
         if isinstance(data, pd.DataFrame):

@@ -232,10 +232,13 @@ class Domain:
     def load(cls, path: str | Path) -> Domain:
         """Read a domain JSON file (either style accepted by :meth:`from_dict`)."""
         try:
-            text = Path(path).read_text()
+            text = Path(path).read_text(encoding="utf-8-sig")  # a BOM, as CSV files have
         except OSError as exc:
             raise DPMarginalsError(
                 f"cannot read domain file {str(path)!r}: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:
+            raise DPMarginalsError(f"domain file {str(path)!r} is not UTF-8 text: {exc}"
+                                   ) from None
         try:
             spec = json.loads(text, object_pairs_hook=_unique_keys)
         except json.JSONDecodeError as exc:

@@ -48,8 +48,10 @@ def encode_frame(frame: pd.DataFrame, domain: Domain, *, extra_columns: str = "e
         seen.add(c)
     missing = [a for a in domain.attributes if a not in columns]
     if missing:
+        hint = next((f"; is the file separated by {sep!r}?" for sep in (";", "\t", "|")
+                     if len(columns) == 1 and sep in str(columns[0])), "")
         raise DPMarginalsError(f"columns {missing} of the domain are not in the data "
-                               f"(columns: {columns[:20]})")
+                               f"(columns: {columns[:20]}){hint}")
     extra = [c for c in columns if c not in domain]
     if extra and extra_columns == "error":
         raise DPMarginalsError(

@@ -33,7 +33,7 @@ import gzip
 import io
 import lzma
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,7 +73,7 @@ class Records:
         return _locator(self.path, self.source, self.n)(i)
 
 
-def read_records(path: str | Path, domain: Domain, *,
+def read_records(path: str | Path, domain: Domain | Mapping[str, Any], *,
                  extra_columns: str = "error") -> Records:
     """Read every record of ``path`` (CSV or Parquet) and encode it over ``domain``.
 
@@ -83,6 +83,11 @@ def read_records(path: str | Path, domain: Domain, *,
     than the plan asks).  Every error is a :class:`DPMarginalsError` of one line naming
     the file, the line (or record), the column and the value.
     """
+    if isinstance(domain, Mapping):
+        domain = Domain.from_dict(domain)
+    elif not isinstance(domain, Domain):
+        raise DPMarginalsError(f"read_records needs the domain (a Domain, Domain.load(FILE), "
+                               f"or a dict), got {type(domain).__name__}")
     path = Path(path)
     source = path.name
     frame = read_frame(path, domain)
