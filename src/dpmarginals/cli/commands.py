@@ -508,6 +508,8 @@ def _cmd_release(args: argparse.Namespace) -> int:
     synopsis.save(args.out)
     info = getattr(synopsis, "info", {})
     shape = f", l={info['l']}, m={info['m']}" if info.get("l") else ""
+    if info.get("phases"):  # l of the last phase alone would mislead
+        shape = f", {info['phases']} phases, {info['m']} groups in all"
     if info.get("measured"):
         shape = f", {info['measured']} marginals measured (rho {info['rho']:.4g})"
     print(f"{synopsis.privacy.describe()}{shape}: {len(synopsis.domain)} attributes, "
