@@ -237,6 +237,10 @@ def test_campaign_in_phases_through_the_service(tmp_path):
                 with pytest.raises(Exception, match=rf"phase {j + 2} collects as campaign "
                                    rf"'survey\.phase{j + 2}'"):
                     client.assignment()
+                with ServiceClient(server.url, "survey", token=TOKEN) as first, \
+                        pytest.raises(Exception, match=rf"phase {j + 2} collects as campaign "
+                                      rf"'survey\.phase{j + 2}'"):
+                    first.assignment()  # phase 1 names the open phase, not a closed one
                 later = client.next_phase()
                 plan = later.plan()
                 check_plan(plan.to_dict(), 1.0)  # the device's checks apply to every phase

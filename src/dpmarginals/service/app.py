@@ -171,14 +171,25 @@ class Aggregator:
         """The campaign, if it still takes assignments and reports (else 410)."""
         found = self.campaign(name)
         if self.store.is_closed(found):
-            later = (next_phase_name(name, found.plan) if has_next_phase(found.plan) else None)
-            if later is not None and self.store.campaign(later) is None:
-                later = None
+            later = self._open_later_phase(name, found)
             raise ServiceError(410, "campaign_closed", f"campaign {name!r} is closed"
                                + (" (expired)" if found.settings.expired() else "")
-                               + (f"; its phase {phase_of(found.plan) + 1} collects as "
-                                  f"campaign {later!r}" if later else ""))
+                               + (f"; its phase {phase_of(later.plan)} collects as "
+                                  f"campaign {later.name!r}" if later else ""))
         return found
+
+    def _open_later_phase(self, name: str, found: Campaign) -> Campaign | None:
+        """The first later phase of ``found``'s collection that is open, if any (phase 2
+        may be closed too once phase 3 opened)."""
+        while has_next_phase(found.plan):
+            name = next_phase_name(name, found.plan)
+            nxt = self.store.campaign(name)
+            if nxt is None:
+                return None
+            if not self.store.is_closed(nxt):
+                return nxt
+            found = nxt
+        return None
 
     # -- tokens ---------------------------------------------------------------------------
     def is_admin(self, given: str) -> bool:
