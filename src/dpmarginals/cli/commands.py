@@ -596,8 +596,8 @@ RELEASE = Command(
     description="Make a private release. Local model (default): every row "
     "is one person, whose record is randomized on the per-user path with the "
     "operating system's secure randomness. Central model (--model central): "
-    "a curator holds the table and publishes noisy marginals: AIM (default) "
-    "or MST, (epsilon, delta)-DP through OpenDP, or PriView. No seed: for "
+    "a curator holds the table and publishes noisy marginals: AIM (default), "
+    "MST or ResidualPlanner, (epsilon, delta)-DP through OpenDP, or PriView. No seed: for "
     "simulations use `run`. The file is marked private with its model, "
     "method, epsilon (and delta), unit of privacy and domain.",
     epilog="Example: dpmarginals release adult.csv --domain "
