@@ -285,23 +285,21 @@ def _client_device(args: argparse.Namespace) -> int:
                     max_period_epsilon=args.max_period_epsilon,
                     period_seconds=3600.0 * args.period_hours)
 
-    def one_record(plan: Any) -> Any:
-        return _device_record(args, plan)
-
     if args.server is None:
         if args.plan is None or args.save_reports is None or args.campaign is None:
             raise DPMarginalsError("offline, --ledger needs --plan FILE, --save-reports FILE "
                                    "and --campaign ID (the campaign's name in the ledger)")
         plan = check_plan(args.plan, args.max_epsilon)
         origin = "offline"
-        report = device.report(plan, one_record(plan), origin=origin, campaign=args.campaign)
+        report = device.report(plan, _device_record(args, plan), origin=origin,
+                               campaign=args.campaign)
         with open(args.save_reports, "w", encoding="utf-8") as sink:
             sink.write(json.dumps(report, separators=(",", ":")) + "\n")
     else:
         with _service_client(args) as client:
             plan = client.plan()
             origin = client.origin
-            report = client.submit(one_record(plan), device, assign=args.assign)
+            report = client.submit(_device_record(args, plan), device, assign=args.assign)
     key = f"{origin}|{args.campaign}"
     out = {"campaign": args.campaign, "origin": origin, "plan_hash": plan.hash,
            "group": report["group"], "report_id": report["report_id"],
