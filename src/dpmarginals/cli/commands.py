@@ -462,20 +462,19 @@ def _query_one_tuple(release: Any, args: argparse.Namespace) -> int:
     if len(set(items)) != len(items):
         raise DPMarginalsError(f"--tuple: items repeat in {items}")
     known = set(release.items)
-    unknown = [t for t, p in zip(items, pairs, strict=True)
-               if ((p, "1") if release.binary else tuple(p)) not in known]
-    if unknown:
-        names = sorted(release.columns()) if release.binary else sorted(
-            f"{c}={v}" for c, v in release.items)
-        raise DPMarginalsError(f"--tuple: no item {unknown[0]!r} was extracted in this release "
-                               f"(its items: {', '.join(names[:8])}"
-                               f"{', ...' if len(names) > 8 else ''})")
+    unseen = [t for t, p in zip(items, pairs, strict=True)
+              if ((p, "1") if release.binary else tuple(p)) not in known]
     count = release.count(pairs)
     level = release.levels[len(items) - 1]
     mark = release.provenance.describe()
     note = ("extracted" if count is not None else
             f"not extracted: its noisy count was at most the threshold "
             f"{level.threshold:g} of level k = {len(items)}, or no record holds it")
+    if unseen:  # not even extracted alone (a misspelt item, or a rare one)
+        names = sorted(release.columns()) if release.binary else sorted(
+            f"{c}={v}" for c, v in release.items)
+        note += (f"; {unseen[0]!r} is none of the release's items ({', '.join(names[:8])}"
+                 f"{', ...' if len(names) > 8 else ''})")
     if args.format == "json":
         print(json.dumps({"tuple": items, "count": count, "note": note,
                           "privacy": release.provenance.to_dict()}))
