@@ -605,6 +605,9 @@ def test_a_saved_release_carries_its_digest_and_an_edit_is_refused(tmp_path, pla
     with pytest.warns(UserWarning, match="NOT a private release: it records no digest"):
         bare = load_release(tmp_path / "bare.json")
     assert not bare.provenance.private
+    bare.save(tmp_path / "resaved.json")  # sealed again, it must not turn private again
+    with pytest.warns(UserWarning, match="NOT a private release: it records no digest"):
+        assert not load_release(tmp_path / "resaved.json").provenance.private
 
 
 # -- command line -------------------------------------------------------------------------

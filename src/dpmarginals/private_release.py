@@ -179,7 +179,8 @@ def _check_delta(delta: float, n: int) -> None:
 
 
 def _check_size(algo: Any, data: Dataset) -> None:
-    """Refuse, before any work, a domain whose marginals no release can hold."""
+    """Refuse, before any work, a domain whose marginals no release can hold (and warn,
+    from the same plan, when its groups leave attributes out)."""
     for a, size in zip(data.domain.attributes, data.domain.sizes, strict=True):
         if size > MAX_GROUP_CELLS:
             raise DPMarginalsError(f"attribute {a!r} has {size:,} values; a release handles "

@@ -73,6 +73,14 @@ export class FileStore implements LedgerStore {
     const deadline = Date.now() + this.lockTimeout * 1000;
     const me = `${process.pid} ${randomBytes(8).toString("hex")}`;
     const ownerOf = (dir: string) => fs.readFile(join(dir, "pid"), "utf8").catch(() => "");
+    // a lock folder is stale when its owner's process is gone (one without a pid file:
+    // when it is older than a minute); returns what its pid file held, and the verdict
+    const staleLock = async (dir: string): Promise<[string, number, boolean]> => {
+      const seen = await ownerOf(dir);
+      const owner = Number(seen.split(" ")[0]) || 0;
+      const age = Date.now() - ((await fs.stat(dir).catch(() => null))?.mtimeMs ?? Date.now());
+      return [seen, owner, owner ? !alive(owner) : age > 60_000];
+    };
     const made = async () => {
       const dir = await fs.mkdtemp(`${this.path}.lock-`);
       await fs.writeFile(join(dir, "pid"), me);
@@ -91,10 +99,8 @@ export class FileStore implements LedgerStore {
             throw new LedgerError(`cannot lock ${this.name}: ${(exc as Error).message}`);
           }
         }
-        const seen = await ownerOf(lock);
-        const owner = Number(seen.split(" ")[0]) || 0;
-        const age = Date.now() - ((await fs.stat(lock).catch(() => null))?.mtimeMs ?? Date.now());
-        if (owner ? !alive(owner) : age > 60_000) { // a pid-less lock: not one of ours
+        const [seen, owner, gone] = await staleLock(lock);
+        if (gone) {
           const aside = `${lock}.stale-${randomBytes(6).toString("hex")}`;
           if (await fs.rename(lock, aside).then(() => true, () => false)) {
             if (await ownerOf(aside) === seen) {
@@ -123,9 +129,7 @@ export class FileStore implements LedgerStore {
         if (stale) await fs.rm(join(folder, entry), { recursive: true, force: true });
         else if (entry.startsWith(`${name}.lock-`)) { // a locker killed before its rename
           const where = join(folder, entry);
-          const pid = Number((await ownerOf(where)).split(" ")[0]) || 0;
-          const age = Date.now() - ((await fs.stat(where).catch(() => null))?.mtimeMs ?? Date.now());
-          if (pid ? !alive(pid) : age > 60_000) await fs.rm(where, { recursive: true, force: true });
+          if ((await staleLock(where))[2]) await fs.rm(where, { recursive: true, force: true });
         }
       }
       return await body();

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +105,7 @@ class DPMarginalsResult:
     def count(self, items: Sequence[tuple[str, str] | str]) -> int | None:
         """The noisy count of one tuple given as ``(column, value)`` pairs (or column names
         for transactional data); ``None`` when it was not extracted."""
-        found = [self._item_id(it) for it in items]
+        found = [self.item_id(it) for it in items]
         if not found or None in found:
             return None
         ids = sorted(i for i in found if i is not None)
@@ -113,7 +113,9 @@ class DPMarginalsResult:
         hit = np.flatnonzero((level.tuples == np.asarray(ids)).all(axis=1))
         return int(level.counts[hit[0]]) if hit.size else None
 
-    def _item_id(self, item: tuple[str, str] | str) -> int | None:
+    def item_id(self, item: tuple[str, str] | str) -> int | None:
+        """The index of an extracted item, ``(column, value)`` (or a column name for
+        transactional data), or None when the release does not hold it."""
         key = (item, "1") if isinstance(item, str) else (str(item[0]), str(item[1]))
         lookup = getattr(self, "_ids", None)
         if lookup is None:
@@ -189,14 +191,12 @@ class DPMarginalsResult:
     def provenance(self) -> Provenance:
         """The privacy mark saved with the release (not private when read from a file
         without its digest: nothing tells whether it was edited)."""
-        if self.private and self.unsealed is not None:
-            return Provenance(False, "central", "dp_marginals", float(self.budget["epsilon"]),
-                              delta=float(self.budget["delta"]), unit=CENTRAL_UNIT,
-                              reason=self.unsealed)
         if self.private:
-            return Provenance(True, "central", "dp_marginals", float(self.budget["epsilon"]),
+            mark = Provenance(True, "central", "dp_marginals", float(self.budget["epsilon"]),
                               delta=float(self.budget["delta"]), unit=CENTRAL_UNIT,
                               randomness="OpenDP's discrete Gaussian sampler")
+            return (mark if self.unsealed is None
+                    else replace(mark, private=False, reason=self.unsealed))
         return Provenance.simulation("dp_marginals", "central", float(self.budget["epsilon"]),
                                      "seeded simulation: numpy noise, not OpenDP's; do not "
                                      "publish it", delta=float(self.budget["delta"]),
@@ -210,6 +210,8 @@ class DPMarginalsResult:
             # the data file's name is not part of a private release
             **({} if self.private else {"name": self.name}),
             "private": self.private,
+            # saved again, a file read without its digest stays not private
+            **({"unsealed": self.unsealed} if self.unsealed is not None else {}),
             "binary": self.binary,
             "budget": self.budget,
             "params": self.params,
@@ -247,7 +249,7 @@ class DPMarginalsResult:
         ]
         return cls(levels, [tuple(it) for it in spec["items"]], bool(spec["binary"]),
                    spec["budget"], spec["params"], bool(spec["private"]),
-                   spec.get("name", "records"))
+                   spec.get("name", "records"), unsealed=spec.get("unsealed"))
 
     @classmethod
     def load(cls, path: str | Path) -> DPMarginalsResult:

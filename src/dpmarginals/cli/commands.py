@@ -461,9 +461,7 @@ def _query_one_tuple(release: Any, args: argparse.Namespace) -> int:
                                f"{len(items)}")
     if len(set(items)) != len(items):
         raise DPMarginalsError(f"--tuple: items repeat in {items}")
-    known = set(release.items)
-    unseen = [t for t, p in zip(items, pairs, strict=True)
-              if ((p, "1") if release.binary else tuple(p)) not in known]
+    unseen = [t for t, p in zip(items, pairs, strict=True) if release.item_id(p) is None]
     count = release.count(pairs)
     level = release.levels[len(items) - 1]
     mark = release.provenance.describe()

@@ -88,4 +88,3 @@ def describe_plan(plan: Any) -> str:
             else f"longitudinal epsilon {plan.longitudinal:g}")
     return (f"{plan.method}, epsilon={plan.epsilon} per report, {memo}, {plan.m} groups, "
             f"plan hash {plan.hash}")
-
