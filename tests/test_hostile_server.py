@@ -377,7 +377,7 @@ def test_domains_sliced_by_the_server_learn_nothing_from_whether_a_device_report
 def test_a_substituted_value_is_memoized_like_any_value():
     """Memoized plans keep one substitute per family: its permanent response is drawn once
     and the family costs at most the longitudinal epsilon, as an unchanged value does."""
-    device = Device(None, max_epsilon=1.0, max_total_epsilon=100.0)
+    device = Device(None, max_epsilon=1.0, max_total_epsilon=100.0, min_longitudinal_ratio=2.0)
     plan = _sliced(20, 24, oracle="oue", longitudinal=2.0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ValueSubstituted)
@@ -494,13 +494,34 @@ def test_reports_of_an_unchanged_value_differ_and_cost_at_most_the_longitudinal_
     assert phone.ledger.total() == 5
 
 
+def test_a_memoized_plan_below_the_devices_floor_is_refused(draws):
+    """A server that sets longitudinal epsilon near epsilon gets a device's reports of a
+    family as (nearly) its permanent response, one identifier across its campaigns: the
+    device refuses any ratio below its own floor (default 4, the service's default) before
+    anything is drawn, and its owner may lower the floor (never below 1)."""
+    for longitudinal in (1.0, 2.0, 3.99):
+        refused(lambda lg=longitudinal: device().report(plan_with(longitudinal=lg), RECORD,
+                                                        origin=ORIGIN, campaign="m"),
+                rf"longitudinal_epsilon = {longitudinal:g} is below this device's floor, 4 x "
+                r"epsilon = 4: its reports would link across campaigns", draws)
+    assert device().report(plan_with(longitudinal=4.0), RECORD, origin=ORIGIN, campaign="m")
+    owner_set = device(min_longitudinal_ratio=2.0)
+    owner_set.report(plan_with(longitudinal=2.0), RECORD, origin=ORIGIN, campaign="m")
+    refused(lambda: owner_set.report(plan_with(longitudinal=1.5), RECORD, origin=ORIGIN,
+                                     campaign="n"), "is below this device's floor, 2 x", draws)
+    for bad in (0.5, math.nan, math.inf, "4", True):
+        with pytest.raises(DPMarginalsError, match="min_longitudinal_ratio must be"):
+            device(min_longitudinal_ratio=bad)
+
+
 def test_no_two_servers_see_one_permanent_response():
-    """With longitudinal epsilon = epsilon a memoized report is its permanent response
-    itself (no instantaneous noise), so a permanent response shared by two servers would
-    be one identifier both see.  Each origin's family is its own: its own permanent
-    response, charged as its own; one server's campaigns share theirs."""
+    """With longitudinal epsilon = epsilon (a device whose owner lowered its floor to 1) a
+    memoized report is its permanent response itself (no instantaneous noise), so a
+    permanent response shared by two servers would be one identifier both see.  Each
+    origin's family is its own: its own permanent response, charged as its own; one
+    server's campaigns share theirs."""
     plan = plan_with(longitudinal=1.0)
-    phone = device(total=100.0)
+    phone = device(total=100.0, min_longitudinal_ratio=1.0)
 
     def payload(origin: str, campaign: str) -> str:
         return str(phone.report(plan, RECORD, origin=origin, campaign=campaign,
@@ -750,6 +771,32 @@ def test_cli_memoized_campaigns_of_one_plan_family_give_different_payloads(offli
     assert payloads[0] != payloads[1]
     ledger = Ledger(offline / "ledger.json")
     assert ledger.total() == 2 and len(ledger._data["permanent"]) == 1
+
+
+def test_cli_device_refuses_a_plan_below_its_floor_unless_told(offline):
+    """`client --ledger` keeps the device's floor (4 x epsilon) unless
+    --min-longitudinal-ratio lowers it; `plan` warns the operator who goes below it."""
+    dom = Domain(("x", "y"), (2, 2))
+    Plan("calm", 1.0, dom, (GroupSpec(("x", "y"), "oue", 1.0, 4),),
+         longitudinal=2.0).save(offline / "plan.json")
+    (offline / "xy.csv").write_text("x,y\n1,0\n")
+    device = ("client", "--plan", "plan.json", "--data", "xy.csv", "--ledger", "ledger.json",
+              "--max-epsilon", "1", "--max-total-epsilon", "10", "--save-reports", "r.jsonl")
+    out = _cli(*device, "--campaign", "a", cwd=offline)
+    assert out.returncode == 2 and not (offline / "r.jsonl").exists()
+    assert out.stderr.strip().splitlines() == [
+        "dpmarginals: error: plan refused: longitudinal_epsilon = 2 is below this device's "
+        "floor, 4 x epsilon = 4: its "
+        "reports would link across campaigns (min_longitudinal_ratio)"]
+    out = _cli(*device, "--campaign", "b", "--min-longitudinal-ratio", "2", cwd=offline)
+    assert out.returncode == 0, out.stderr
+    assert Ledger(offline / "ledger.json").total() == 1
+    (offline / "domain.json").write_text(json.dumps({"x": 2, "y": 2}))
+    out = _cli("plan", "--domain", "domain.json", "--epsilon", "1", "--k", "2", "--n", "1000",
+               "--method", "calm", "--longitudinal-epsilon", "2", "--out", "p2.json",
+               cwd=offline)
+    assert out.returncode == 0, out.stderr
+    assert "devices refuse it unless their owners lower their floor" in out.stderr
 
 
 def test_cli_client_reads_labelled_records_as_release_does(offline):

@@ -44,6 +44,19 @@ export function deviceCap(value: unknown, field = "max_epsilon"): number {
   return value;
 }
 
+/** The device's minLongitudinalRatio: a finite number >= 1 (1: no floor beyond the plan
+ *  check's longitudinal >= epsilon). */
+export function longitudinalFloor(value: unknown): number {
+  if (typeof value !== "number") {
+    throw new DPMarginalsError("min_longitudinal_ratio must be a number (the device's own floor), "
+                               + `got ${pyr(value)}`);
+  }
+  if (!(Number.isFinite(value) && value >= 1)) {
+    throw new DPMarginalsError(`min_longitudinal_ratio must be a finite number >= 1, got ${pyr(value, true)}`);
+  }
+  return value;
+}
+
 /** The first integer beyond +-(2^53 - 1) in a JSON value, with its path. */
 function unsafeInteger(value: Json, where = "plan"): [string, string] | null {
   if (typeof value === "bigint") return [where, value.toString()];

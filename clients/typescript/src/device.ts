@@ -1,7 +1,8 @@
 // The device: one user's rules, enforced from her own ledger whatever the server sends
 // (src/dpmarginals/protocol/device.py; docs/device-spec.md §5).  One report, in this
 // order, nothing random drawn before step 6:
-//   1. the plan's checks against maxEpsilon;
+//   1. the plan's checks against maxEpsilon, and a memoized plan's longitudinal epsilon at
+//      least minLongitudinalRatio x its epsilon (nearer, a family's reports link);
 //   2. pinning: the campaign (origin + id) keeps the plan it first showed; a campaign
 //      already reported gives back its stored report (no charge, no draw);
 //   3. one phase per collection (X, X.phase2, ...), chained by params.earlier_hashes;
@@ -14,7 +15,7 @@
 //      the value lies outside the domain it chose (memoized: one substitute per family);
 //   7. the report, its charge and any new permanent response, written to the ledger
 //      atomically before the report is returned.
-import { checkPlan, deviceCap } from "./checks.js";
+import { checkPlan, deviceCap, longitudinalFloor } from "./checks.js";
 import { recordRow } from "./domain.js";
 import { BudgetExceeded, DPMarginalsError, LedgerError, RecordValueError, refused } from "./errors.js";
 import { type Rational, add, cmp, fromNumber, mul, rat, sub, toNumber } from "./exact.js";
@@ -32,6 +33,9 @@ export const DAY = 86400;
 export const SUBSTITUTE = "substitute";
 export const REPORT_VERSION = 1;
 const SLACK: Rational = rat(1n, 1n << 40n);
+/** The least longitudinal / per-report epsilon a device accepts unless its owner sets
+ *  another: the service's default (docs/device-spec.md §4 tabulates what each ratio links). */
+export const MIN_LONGITUDINAL_RATIO = 4;
 
 /** A report as the service takes it: exactly these five fields. */
 export interface Report {
@@ -54,6 +58,10 @@ export interface DeviceCaps {
   periodSeconds?: number;
   /** seconds since the epoch (default: Date.now() / 1000) */
   clock?: () => number;
+  /** the least longitudinal / per-report epsilon of a memoized plan this device accepts
+   *  (default MIN_LONGITUDINAL_RATIO, 4; at least 1): nearer 1, the reports of a family to
+   *  one server are nearly its permanent response, one identifier (docs/device-spec.md §4) */
+  minLongitudinalRatio?: number;
   /** told when the device keeps its group instead of the server's, or reports a random value
    *  for one its plan cannot encode (default console.warn; never sent) */
   onWarning?: (message: string) => void;
@@ -101,6 +109,7 @@ export class Device {
   readonly maxTotalEpsilon: number;
   readonly maxPeriodEpsilon: number | null;
   readonly periodSeconds: number;
+  readonly minLongitudinalRatio: number;
   private readonly warn: (message: string) => void;
 
   private constructor(readonly ledger: Ledger, caps: DeviceCaps) {
@@ -108,6 +117,7 @@ export class Device {
     this.maxTotalEpsilon = caps.maxTotalEpsilon;
     this.maxPeriodEpsilon = caps.maxPeriodEpsilon ?? null;
     this.periodSeconds = caps.periodSeconds ?? DAY;
+    this.minLongitudinalRatio = caps.minLongitudinalRatio ?? MIN_LONGITUDINAL_RATIO;
     this.warn = caps.onWarning ?? ((m) => console.warn(m));
   }
 
@@ -123,6 +133,7 @@ export class Device {
       deviceCap(caps.maxPeriodEpsilon, "max_period_epsilon");
     }
     deviceCap(caps.periodSeconds ?? DAY, "period_seconds");
+    longitudinalFloor(caps.minLongitudinalRatio ?? MIN_LONGITUDINAL_RATIO);
     const ledger = await Ledger.open(store, caps.clock);
     return new Device(ledger, caps);
   }
@@ -147,6 +158,14 @@ export class Device {
       throw new DPMarginalsError(`the server's origin is required, got ${pyr(origin)}`);
     }
     const plan = await checkPlan(source, this.maxEpsilon);
+    const floor = mul(fromNumber(this.minLongitudinalRatio), fromNumber(plan.epsilon));
+    if (plan.longitudinal !== null
+        && cmp(fromNumber(plan.longitudinal), mul(floor, sub({ n: 1n, d: 1n }, SLACK))) < 0) {
+      throw refused(`longitudinal_epsilon = ${pyFormatG(plan.longitudinal)} is below this device's `
+                    + `floor, ${pyFormatG(this.minLongitudinalRatio)} x epsilon = `
+                    + `${pyFormatG(toNumber(floor))}: its reports would link across campaigns `
+                    + "(min_longitudinal_ratio)");
+    }
     const key = `${origin}|${campaign}`;
     const root = `${origin}|${campaignRoot(campaign)}`;
     const entry = this.ledger.campaign(key);

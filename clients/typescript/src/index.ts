@@ -2,8 +2,8 @@
 // The same reports as the Python reference, bit for bit (docs/device-spec.md), from
 // crypto.getRandomValues only; plans checked before any draw; a ledger that enforces the
 // device's own caps whatever the server sends.
-export { checkPlan, deviceCap, parsePlan, EPSILON_CEILING } from "./checks.js";
-export { Device, DAY, family, type DeviceCaps, type Report } from "./device.js";
+export { checkPlan, deviceCap, longitudinalFloor, parsePlan, EPSILON_CEILING } from "./checks.js";
+export { Device, DAY, MIN_LONGITUDINAL_RATIO, family, type DeviceCaps, type Report } from "./device.js";
 export {
   BudgetExceeded, DPMarginalsError, LedgerError, PlanRefused, RecordValueError, ServiceError,
 } from "./errors.js";

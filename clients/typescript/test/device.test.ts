@@ -363,7 +363,7 @@ test("domains sliced by the server learn nothing from whether a device reports",
     assert.deepEqual(await outcomes(21.0), first);
   }
   // memoized: one substitute per family, at most the longitudinal epsilon in all
-  const phone = await device(1.0, 100.0, { onWarning: () => {} });
+  const phone = await device(1.0, 100.0, { onWarning: () => {}, minLongitudinalRatio: 2 });
   const plan = await sliced(20, 24, 2.0);
   for (let c = 0; c < 5; c++) await phone.report(plan, { age: 80 + c }, where(`m${c}`));
   assert.equal(total(phone), 2.0);
@@ -471,9 +471,29 @@ test("an ht plan with a huge k costs what its attributes allow", async () => {
   assert.equal(Array.isArray(huge.payload), Array.isArray(small.payload));
 });
 
+test("a memoized plan below the device's floor is refused", async () => {
+  // nearer longitudinal = epsilon, a family's reports to one server are nearly its permanent
+  // response: refused below the floor (default 4 x epsilon), nothing drawn
+  for (const longitudinal of [1.0, 2.0, 3.99]) {
+    await refused(async () => (await device()).report(await planWith({ longitudinal }), RECORD, where("m")),
+                  `longitudinal_epsilon = ${longitudinal} is below this device's floor, 4 x epsilon = 4: `
+                  + "its reports would link across campaigns");
+  }
+  await (await device()).report(await planWith({ longitudinal: 4.0 }), RECORD, where("m"));
+  const ownerSet = await device(1.0, 10.0, { minLongitudinalRatio: 2 });
+  await ownerSet.report(await planWith({ longitudinal: 2.0 }), RECORD, where("m"));
+  await refused(async () => ownerSet.report(await planWith({ longitudinal: 1.5 }), RECORD, where("n")),
+                "is below this device's floor, 2 x");
+  for (const bad of [0.5, NaN, Infinity, "4", true]) {
+    await refused(() => device(1.0, 10.0, { minLongitudinalRatio: bad as number }),
+                  "min_longitudinal_ratio must be", DPMarginalsError);
+  }
+});
+
 test("no two servers see one permanent response", async () => {
-  // longitudinal = epsilon: a memoized report is its permanent response itself
-  const phone = await device(1.0, 100.0);
+  // longitudinal = epsilon (the owner lowered the floor to 1): a memoized report is its
+  // permanent response itself
+  const phone = await device(1.0, 100.0, { minLongitudinalRatio: 1 });
   const plan = await planWith({ longitudinal: 1.0 });
   const payload = async (origin: string, campaign: string) =>
     JSON.stringify((await phone.report(plan, RECORD, { origin, campaign, group: 1 })).payload);

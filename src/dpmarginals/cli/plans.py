@@ -7,17 +7,20 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from ..core.errors import DPMarginalsError
+from ..protocol.device import MIN_LONGITUDINAL_RATIO
 from ..protocol.plan import warn_uncovered
 
 __all__ = ["LONGITUDINAL_FACTOR", "build_plan", "describe_plan", "longitudinal"]
 
-LONGITUDINAL_FACTOR = 4.0
+LONGITUDINAL_FACTOR = MIN_LONGITUDINAL_RATIO
 """A deployed plan's default longitudinal epsilon, in per-report epsilons: an unchanged
 value reported in any number of campaigns reveals at most 4 reports' worth (RAPPOR's
-deployment used about 8); docs/deployment.md says how to choose it."""
+deployment used about 8); the devices' default floor, below which they refuse a plan
+(docs/device-spec.md §4); docs/deployment.md says how to choose it."""
 
 
 def longitudinal(text: str) -> str | float | None:
@@ -79,6 +82,11 @@ def build_plan(method: str, domain: str, epsilon: float, k: int, n: int,
         raise DPMarginalsError(f"--longitudinal-epsilon: a {method} plan's reports cannot be "
                                f"memoized (only grr, oue, sue and em groups can); give "
                                "--longitudinal-epsilon none")
+    elif memo is not None and memo < MIN_LONGITUDINAL_RATIO * plan.epsilon:
+        warnings.warn(f"--longitudinal-epsilon {memo:g} is below {MIN_LONGITUDINAL_RATIO:g} x "
+                      f"epsilon: devices refuse it unless their owners lower their floor "
+                      "(min_longitudinal_ratio), since nearer epsilon a device's reports "
+                      "link across campaigns", UserWarning, stacklevel=2)
     return dataclasses.replace(plan, longitudinal=memo)
 
 

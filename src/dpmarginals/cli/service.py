@@ -168,9 +168,11 @@ def _cmd_client(args: argparse.Namespace) -> int:
         raise DPMarginalsError("give --ledger FILE --max-total-epsilon EPS (this device's one "
                                "record) or --simulate (every row of --data a simulated user, "
                                "for tests and demos)")
-    if args.max_total_epsilon is not None or args.max_period_epsilon is not None:
-        raise DPMarginalsError("--max-total-epsilon and --max-period-epsilon are a device's "
-                               "caps: they go with --ledger, not --simulate")
+    if (args.max_total_epsilon is not None or args.max_period_epsilon is not None
+            or args.min_longitudinal_ratio is not None):
+        raise DPMarginalsError("--max-total-epsilon, --max-period-epsilon and "
+                               "--min-longitudinal-ratio are a device's rules: they go with "
+                               "--ledger, not --simulate")
     return _client_simulated(args)
 
 
@@ -278,12 +280,15 @@ def _service_client(args: argparse.Namespace) -> Any:
 def _client_device(args: argparse.Namespace) -> int:
     """``--ledger FILE``: the one record of --data as this device's report."""
     from ..protocol.checks import check_plan
-    from ..protocol.device import Device
+    from ..protocol.device import MIN_LONGITUDINAL_RATIO, Device
 
     device = Device(args.ledger, max_epsilon=args.max_epsilon,
                     max_total_epsilon=args.max_total_epsilon,
                     max_period_epsilon=args.max_period_epsilon,
-                    period_seconds=3600.0 * args.period_hours)
+                    period_seconds=3600.0 * args.period_hours,
+                    min_longitudinal_ratio=(MIN_LONGITUDINAL_RATIO
+                                            if args.min_longitudinal_ratio is None
+                                            else args.min_longitudinal_ratio))
 
     if args.server is None:
         if args.plan is None or args.save_reports is None or args.campaign is None:
@@ -562,6 +567,10 @@ CLIENT = Command(
             help="with --ledger: the most epsilon spent in any --period-hours"),
         arg("--period-hours", type=float, default=24.0, metavar="H",
             help="the period of --max-period-epsilon (default 24)"),
+        arg("--min-longitudinal-ratio", type=float, default=None, metavar="R",
+            help="with --ledger: refuse a memoized plan whose longitudinal epsilon is below "
+            "R x its epsilon (default 4: nearer 1, a device's reports link across "
+            "campaigns; docs/device-spec.md section 4)"),
         arg("--simulate", action="store_true",
             help="every row of --data is another simulated user (no ledger)"),
         arg("--plan", default=None,

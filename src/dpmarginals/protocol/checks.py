@@ -32,7 +32,7 @@ from .ledger import PlanRefused
 from .plan import SAFE_INTEGER, Plan
 from .reports import MAX_GROUP_CELLS
 
-__all__ = ["check_plan", "device_cap", "load_plan", "parse_plan"]
+__all__ = ["check_plan", "device_cap", "load_plan", "longitudinal_floor", "parse_plan"]
 
 _PLAN_KEYS = frozenset({"format", "version", "method", "epsilon", "longitudinal_epsilon",
                         "domain", "groups", "params", "hash"})
@@ -72,6 +72,19 @@ def device_cap(value: object, field: str = "max_epsilon") -> float:
         raise DPMarginalsError(f"{field} must be a finite number in (0, {high:g}], got "
                                f"{value!r}")
     return cap
+
+
+def longitudinal_floor(value: object) -> float:
+    """The device's ``min_longitudinal_ratio``: a finite number >= 1 (1: no floor beyond
+    the plan check's longitudinal >= epsilon)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise DPMarginalsError("min_longitudinal_ratio must be a number (the device's own "
+                               f"floor), got {value!r}")
+    ratio = float(value)
+    if not (math.isfinite(ratio) and ratio >= 1):
+        raise DPMarginalsError(f"min_longitudinal_ratio must be a finite number >= 1, got "
+                               f"{value!r}")
+    return ratio
 
 
 def _reject_constant(name: str) -> float:

@@ -3,12 +3,17 @@
 numpy and the standard library only, so it can ship inside an app.  A :class:`Device` is
 a :class:`~.ledger.Ledger` and three caps the device's owner sets, all required but the
 period cap: ``max_epsilon`` (what one report may reveal), ``max_total_epsilon`` (what the
-device ever spends) and ``max_period_epsilon`` per ``period_seconds`` (e.g. a day).  One
+device ever spends) and ``max_period_epsilon`` per ``period_seconds`` (e.g. a day); and a
+floor, ``min_longitudinal_ratio`` (default :data:`MIN_LONGITUDINAL_RATIO`), under which a
+memoized plan's reports would link (docs/device-spec.md §4).  One
 report, :meth:`Device.report`, in this order -- everything before step 6 draws nothing
 random, and a refusal is one line (:class:`~.ledger.PlanRefused`,
 :class:`~.ledger.BudgetExceeded`):
 
-1. :func:`~.checks.check_plan` against ``max_epsilon`` (the hash, every field);
+1. :func:`~.checks.check_plan` against ``max_epsilon`` (the hash, every field), and a
+   memoized plan's ``longitudinal_epsilon`` at least ``min_longitudinal_ratio`` times its
+   ``epsilon``: a server that sets them equal would get every report of a family as its
+   permanent response, one identifier across its campaigns;
 2. the campaign (``origin`` + id) is pinned to the plan it first showed: another plan
    under that id is refused, and a campaign already reported gives back its stored report
    (nothing charged, nothing drawn);
@@ -61,17 +66,20 @@ import numpy as np
 
 from ..core.errors import DPMarginalsError
 from ..core.randomness import SecureRandom
-from .checks import check_plan, device_cap, refused
+from .checks import check_plan, device_cap, longitudinal_floor, refused
 from .ledger import BudgetExceeded, Ledger, LedgerError, campaign_root
 from .phases import earlier_hashes
 from .plan import Plan, canonical
 from .reports import PlanCodec, ReportError
 
-__all__ = ["DAY", "AssignmentIgnored", "Device", "RecordValueError", "ValueSubstituted",
-           "choose_group", "codec", "record_row"]
+__all__ = ["DAY", "MIN_LONGITUDINAL_RATIO", "AssignmentIgnored", "Device", "RecordValueError",
+           "ValueSubstituted", "choose_group", "codec", "record_row"]
 
 DAY = 86_400.0
 _SLACK = Fraction(1, 1 << 40)  # relative: sums of float budgets meet float caps
+#: The least longitudinal / per-report epsilon a device accepts unless its owner sets
+#: another: the service's default (docs/device-spec.md §4 tabulates what each ratio links).
+MIN_LONGITUDINAL_RATIO = 4.0
 _codecs: dict[str, PlanCodec] = {}
 
 
@@ -204,8 +212,10 @@ class Device:
 
     def __init__(self, ledger: Ledger | str | os.PathLike[str] | None, *, max_epsilon: float,
                  max_total_epsilon: float, max_period_epsilon: float | None = None,
-                 period_seconds: float = DAY, clock: Callable[[], float] = time.time) -> None:
+                 period_seconds: float = DAY, clock: Callable[[], float] = time.time,
+                 min_longitudinal_ratio: float = MIN_LONGITUDINAL_RATIO) -> None:
         self.max_epsilon = device_cap(max_epsilon)
+        self.min_longitudinal_ratio = longitudinal_floor(min_longitudinal_ratio)
         self.max_total_epsilon = device_cap(max_total_epsilon, "max_total_epsilon")
         self.max_period_epsilon = (None if max_period_epsilon is None
                                    else device_cap(max_period_epsilon, "max_period_epsilon"))
@@ -227,6 +237,12 @@ class Device:
         if not isinstance(origin, str) or not origin:
             raise DPMarginalsError(f"the server's origin is required, got {origin!r}")
         plan = check_plan(source, self.max_epsilon)
+        floor = Fraction(self.min_longitudinal_ratio) * Fraction(plan.epsilon)
+        if plan.longitudinal is not None and Fraction(plan.longitudinal) < floor * (1 - _SLACK):
+            raise refused(f"longitudinal_epsilon = {plan.longitudinal:g} is below this device's "
+                          f"floor, {self.min_longitudinal_ratio:g} x epsilon = "
+                          f"{float(floor):g}: its reports would link across campaigns "
+                          "(min_longitudinal_ratio)")
         key, root = f"{origin}|{campaign}", f"{origin}|{campaign_root(campaign)}"
         entry = self.ledger.campaign(key)
         if entry is not None and entry["plan_hash"] != plan.hash:

@@ -305,6 +305,8 @@ def _devices(plans: dict[str, Plan]) -> list[dict[str, Any]]:
     """Report sequences with their outcomes: pinning, phases, memos, caps."""
     memo = plans["oue-memoized"]
     changed = _served(memo, lambda b: b["params"].update(k=3))
+    near = _served(memo, lambda b: b.update(longitudinal_epsilon=1.4))  # 2 x epsilon
+    nearer = _served(memo, lambda b: b.update(longitudinal_epsilon=1.05))  # 1.5 x
     reminted = [_served(plans["grr"], lambda b, i=i: b["params"].update(nonce=i))
                 for i in range(4)]
     origin, other = "https://stats.example.org", "https://other.example"
@@ -318,6 +320,12 @@ def _devices(plans: dict[str, Plan]) -> list[dict[str, Any]]:
          {"max_epsilon": 1.0, "max_total_epsilon": 10.0},
          [(origin, f"day{i}", memo.to_dict(), [1, 2, 4], 0) for i in range(6)]
          + [(origin, "day6", memo.to_dict(), [0, 2, 4], 0)]),
+        ("a memoized plan below the device's floor (4 x epsilon unless its owner lowers it)",
+         {"max_epsilon": 1.0, "max_total_epsilon": 10.0},
+         [(origin, "near", near, [1, 2, 4], 0)]),
+        ("the owner lowered the floor", {"max_epsilon": 1.0, "max_total_epsilon": 10.0,
+                                         "min_longitudinal_ratio": 2.0},
+         [(origin, "near", near, [1, 2, 4], 0), (origin, "nearer", nearer, [1, 2, 4], 0)]),
         ("the period cap", {"max_epsilon": 1.0, "max_total_epsilon": 10.0,
                             "max_period_epsilon": 1.5, "period_seconds": 3600.0},
          [(origin, "p1", plans["grr"].to_dict(), [1, 2, 4], 0),
