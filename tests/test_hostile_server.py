@@ -786,8 +786,8 @@ def test_cli_device_refuses_a_plan_below_its_floor_unless_told(offline):
     assert out.returncode == 2 and not (offline / "r.jsonl").exists()
     assert out.stderr.strip().splitlines() == [
         "dpmarginals: error: plan refused: longitudinal_epsilon = 2 is below this device's "
-        "floor, 4 x epsilon = 4: its "
-        "reports would link across campaigns (min_longitudinal_ratio)"]
+        "floor, 4 x epsilon = 4: its reports would link across campaigns "
+        "(min_longitudinal_ratio)"]
     out = _cli(*device, "--campaign", "b", "--min-longitudinal-ratio", "2", cwd=offline)
     assert out.returncode == 0, out.stderr
     assert Ledger(offline / "ledger.json").total() == 1

@@ -221,6 +221,56 @@ def test_priview_release_is_central_and_uses_opendp():
     assert r.info["noise_sampler"] == "opendp"
 
 
+def test_residual_release_publishes_non_negative_tables():
+    """release() made every method with a postprocess publish Norm-Sub'ed tables by setting
+    postprocess="norm_sub", which ResidualPlanner does not know: it then skipped its own
+    non-negative step and published negative cells (-2.5 on 10 rows at eps 0.5, -16 at
+    0.05).  Its
+    default ("nonneg") is kept; "none" is the unbiased answer."""
+    r = release(people(10), DOMAIN, method="residual", model="central", epsilon=0.05,
+                delta=1e-9, k=2)
+    assert r.info["postprocess"] == "nonneg"
+    attrs = list(DOMAIN)
+    for i, a in enumerate(attrs):
+        for b in attrs[i + 1:]:
+            table = r.marginal([a, b]).values
+            assert table.min() >= -1e-12 and abs(table.sum() - 1) < 1e-9
+    raw = release(people(10), DOMAIN, method="residual", model="central", epsilon=0.5,
+                  delta=1e-9, k=2, postprocess="none")
+    assert raw.info["postprocess"] == "none"
+
+
+@pytest.mark.parametrize("method", ["residual", "mst", "aim"])
+def test_central_releases_refuse_a_marginal_too_wide_before_measuring(method):
+    """A 10^6-valued attribute: ResidualPlanner tried to allocate 7.28 TiB inside OpenDP,
+    MST ran minutes; now one line naming the widest marginal, before any measurement."""
+    frame = pd.DataFrame({"a": range(50), "b": [0, 1] * 25, "c": [0, 1, 2, 0, 1] * 10})
+    with pytest.raises(DPMarginalsError, match=r"the marginal over \['a', 'c'\] has "
+                                               r"3,000,000 cells; a release handles at most"):
+        release(frame, {"a": 10**6, "b": 2, "c": 3}, method=method, model="central",
+                epsilon=1.0, delta=1e-9, k=2)
+
+
+@pytest.mark.parametrize("method", ["residual", "priview", "mst", "calm"])
+def test_an_epsilon_below_the_floor_is_one_line(method):
+    """epsilon = 1e-300 divided by zero (residual, priview) or overflowed OpenDP (mst)."""
+    central = method != "calm"
+    with pytest.raises(DPMarginalsError, match=r"epsilon = 1e-300 is below 1e-12"):
+        release(people(20), DOMAIN, method=method, model="central" if central else "local",
+                epsilon=1e-300, delta=1e-9 if method in ("residual", "mst") else None, k=2)
+
+
+def test_residual_takes_a_single_valued_attribute():
+    """A size-1 attribute has no residual coefficient (it divided by zero); its marginals
+    are the others' with one value."""
+    frame = pd.DataFrame({"one": [0] * 600, "age": [0, 1, 2] * 200, "s": [0] * 300 + [1] * 300})
+    r = release(frame, {"one": 1, "age": 3, "s": 2}, method="residual", model="central",
+                epsilon=5.0, delta=1e-9, k=2)
+    table = r.marginal(["one", "age"]).values
+    assert table.shape == (1, 3) and abs(table.sum() - 1) < 1e-9
+    assert np.abs(table - 1 / 3).max() < 0.05  # 600 rows at eps 5: sd of a cell ~ 0.005
+
+
 # -- 5. measured or reconstructed -------------------------------------------------------------
 def test_answers_say_measured_or_reconstructed(tmp_path):
     data = Dataset.from_frame(people(5000), DOMAIN)

@@ -15,6 +15,7 @@ private with its guarantee (:class:`~dpmarginals.core.provenance.Provenance`).
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -51,6 +52,11 @@ MODELS = ("local", "central")
 _SEEDS = ("rng", "seed", "random_state")
 
 
+#: The smallest epsilon a release takes: the noise on a count then has scale 10^12 or more,
+#: beyond any table's rows, and below it some samplers' scales overflow (OpenDP's at 1e-300).
+MIN_EPSILON = 1e-12
+
+
 def release(
     data: pd.DataFrame | Dataset | str | Path,
     domain: Domain | Mapping[str, Any] | str | Path | None = None,
@@ -79,13 +85,18 @@ def release(
     ``residual``, which are (epsilon, delta)-DP (well below 1/n, e.g. 1e-9); the other
     methods are pure epsilon-DP and take none.  ``k``: the marginals to answer well (AIM's
     workload: all k-way marginals).  ``params`` go to the method (e.g. ``m``, ``l``,
-    ``oracle``, ``inference``, ``postprocess``: methods that have it publish Norm-Sub'ed
-    tables unless ``postprocess="none"``; AIM's ``max_model_size``, ``rounds``, ``iters``);
+    ``oracle``, ``inference``, ``postprocess``: methods whose default is unbiased tables
+    publish Norm-Sub'ed ones unless ``postprocess="none"``, ResidualPlanner its non-negative
+    least-squares answer (``"nonneg"``); AIM's ``max_model_size``, ``rounds``, ``iters``);
     a seed or ``per_user=False`` is refused.
     """
     from .methods import make
 
     epsilon = check_budget(epsilon)
+    if epsilon < MIN_EPSILON:
+        raise DPMarginalsError(f"epsilon = {epsilon!r} is below {MIN_EPSILON:g}: the noise would "
+                               "exceed any count (and its scale overflows some samplers); "
+                               "every answer would be noise")
     for key in (*_SEEDS, "per_user", "sampler"):
         if key in params:
             raise DPMarginalsError(
@@ -105,8 +116,10 @@ def release(
     if name == "auto":
         _check_auto_params(params)
     algo = make(name, epsilon=epsilon, k=k, **extra, **params)
-    if "postprocess" not in params and hasattr(algo, "postprocess"):
-        algo.postprocess = "norm_sub"  # a published table is a distribution (FT, AM, Marg*)
+    if "postprocess" not in params and getattr(algo, "postprocess", None) == "none":
+        # a published table is a distribution (FT, AM, Marg*); ResidualPlanner's own
+        # default, "nonneg", already is one
+        algo.postprocess = "norm_sub"
     _check_size(algo, dataset)
     synopsis = algo.run(dataset, rng=None)
     info = getattr(synopsis, "info", {})
@@ -186,8 +199,16 @@ def _check_size(algo: Any, data: Dataset) -> None:
             raise DPMarginalsError(f"attribute {a!r} has {size:,} values; a release handles "
                                    f"at most {MAX_GROUP_CELLS:,} per marginal: bin it")
     plan = algo.plan(data.domain, data.n)
-    if isinstance(plan, Plan):  # a local plan (a central method's has no groups)
+    if isinstance(plan, Plan) and plan.groups:  # a local plan
         warn_uncovered(plan)
+    if not plan.groups:  # a central method measures marginals of up to k (MST: 2) attributes
+        width = 2 if type(algo).__name__ == "MST" else min(int(getattr(algo, "k", 2)), data.d)
+        widest = sorted(zip(data.domain.sizes, data.domain.attributes, strict=True))[-width:]
+        cells = math.prod(size for size, _ in widest)
+        if cells > MAX_GROUP_CELLS:
+            raise DPMarginalsError(
+                f"the marginal over {sorted(a for _, a in widest)} has {cells:,} cells; a "
+                f"release handles at most {MAX_GROUP_CELLS:,}: bin the attributes or lower --k")
     for group in plan.groups:
         if group.cells > MAX_GROUP_CELLS:
             raise DPMarginalsError(

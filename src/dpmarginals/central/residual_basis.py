@@ -101,7 +101,9 @@ def optimal_variances(v: Mapping[Subset, float], sizes: Sequence[int], rho: floa
     rho`` (closed form, see the module docstring)."""
     p = {a: keep_share([sizes[i] for i in a]) for a in v}
     total = sum(math.sqrt(p[a] * v[a]) for a in v)
-    return {a: math.sqrt(p[a] / v[a]) * total / (2.0 * rho) for a in v}
+    # a set with a single-valued attribute has no residual coefficient (p_A = v_A = 0):
+    # nothing is measured there, so its variance is never used (1.0 keeps it finite)
+    return {a: math.sqrt(p[a] / v[a]) * total / (2.0 * rho) if p[a] > 0 else 1.0 for a in v}
 
 
 def marginal_variance(w: Subset, sigma2: Mapping[Subset, float], sizes: Sequence[int]) -> float:

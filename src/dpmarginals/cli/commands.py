@@ -624,9 +624,10 @@ RELEASE = Command(
         arg("--l", type=_positive_int, default=None, help="override the marginal size"),
         arg("--oracle", default=None, help="adaptive (default), best, grr, oue, olh or hr"),
         arg("--inference", default=None, help="consistency (default) or pgm"),
-        arg("--postprocess", choices=("none", "norm_sub"), default=None,
+        arg("--postprocess", choices=("none", "norm_sub", "nonneg"), default=None,
             help="ft, am and marg_*: make each table a distribution (norm_sub, the "
-            "default here) or publish the raw unbiased estimates (none)"),
+            "default here) or publish the raw unbiased estimates (none); residual: "
+            "non-negative least squares (nonneg, its default) or unbiased (none)"),
         *_FIT_LIMIT_ARGS,
         arg("--out", required=True, metavar="RELEASE.json", help="where to save it"),
     ),
@@ -732,10 +733,10 @@ RUN = Command(
             help="how the noisy marginals become answers: pgm (shrinkage + a graphical "
             "model, needs the 'pgm' extra) for calm, am, marg_rr, marg_ps and marg_ht; "
             "default consistency (calm) or views (the others)"),
-        arg("--postprocess", choices=("none", "norm_sub"), default=None,
+        arg("--postprocess", choices=("none", "norm_sub", "nonneg"), default=None,
             help="ft, am and marg_*: raw unbiased estimates (none, the papers' "
             "default: cells may be negative, so TVD can exceed 1) or distributions "
-            "(norm_sub)"),
+            "(norm_sub); residual: nonneg (its default) or none"),
         *_FIT_LIMIT_ARGS,
         arg("--per-user", action="store_true",
             help="randomize every user's record (slower) instead of sampling the "
