@@ -649,7 +649,8 @@ def test_cli_json_and_text(monkeypatch, capsys, planted_file, tmp_path):
     res = json.loads(out)
     assert {"found", "spurious_fraction", "seconds"} <= set(res)
     assert len(res["found"]) == 3 and 120 <= res["found"][0] <= 122
-    assert res["spurious_fraction"][0] == 0.0 and res["private"] is True
+    assert res["spurious_fraction"][0] == 0.0 and res["release_private"] is True
+    assert res["private"] is False and "never this report" in res["not_private"]
     assert DPMarginalsResult.load(out_file).found() == res["found"]
     # query --tuple with an item the release does not hold: "not extracted", naming the
     # release's items (it was a TypeError)

@@ -271,6 +271,13 @@ def test_residual_takes_a_single_valued_attribute():
     assert np.abs(table - 1 / 3).max() < 0.05  # 600 rows at eps 5: sd of a cell ~ 0.005
 
 
+def test_priview_says_it_has_no_standard_errors():
+    """It said "re-run it with this version of dpmarginals" about a file this version made."""
+    r = release(people(400), DOMAIN, method="priview", model="central", epsilon=1.0, k=2)
+    with pytest.raises(DPMarginalsError, match="priview releases carry no standard errors"):
+        r.marginal(list(DOMAIN)[:2], std=True)
+
+
 # -- 5. measured or reconstructed -------------------------------------------------------------
 def test_answers_say_measured_or_reconstructed(tmp_path):
     data = Dataset.from_frame(people(5000), DOMAIN)

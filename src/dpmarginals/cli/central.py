@@ -86,10 +86,13 @@ def _cmd_central(args: argparse.Namespace) -> int:
         "epsilon": args.epsilon,
         "delta": args.delta,
         "max_k": args.max_k,
-        "private": result.private,
+        "release_private": result.private,
         "privacy_map_rho": result.budget.get("privacy_map_rho"),
         "epsilon_certified": result.budget.get("epsilon_certified"),
-        "spurious_fraction_is_private": False,
+        "private": False,
+        "not_private": "this report holds the exact number of records, timings and the "
+                       "spurious fraction, all from the raw input: publish the --out file "
+                       "(release_private says whether it is private), never this report",
     }
     if args.json:
         print(json.dumps(out))
@@ -182,7 +185,8 @@ CENTRAL = Command(
             "active)"),
         arg("--out", default=None, help="save the release (tuples, counts) as JSON"),
         arg("--json", action="store_true",
-            help="print one JSON object (keys found, spurious_fraction, seconds, ...)"),
+            help="print one JSON object (keys found, spurious_fraction, seconds, ...): a "
+            "report on the raw data, marked private: false (the --out file is the release)"),
     ),
 )
 

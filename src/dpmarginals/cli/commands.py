@@ -331,8 +331,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
                              "queries": query_seconds / args.repeats,
                              "exact_answers": exact_seconds}}
     if args.out is not None and synopsis is not None:
-        path = "per-user randomization" if args.per_user else \
-            "aggregate counts sampled from their exact distribution"
+        path = ("the curator's noise" if model == "central" else "per-user randomization"
+                if args.per_user else "aggregate counts sampled from their exact distribution")
         synopsis.provenance = Provenance.simulation(
             method.name, model, args.epsilon,
             f"seeded simulation by `dpmarginals run` (seed {args.seed}, {path}, "

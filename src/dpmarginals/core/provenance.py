@@ -62,6 +62,7 @@ class Provenance:
     def simulation(cls, method: str, model: str, epsilon: float | None, reason: str,
                    **more: Any) -> Provenance:
         """The mark of a simulation: not private, with the reason in the file."""
+        more.setdefault("unit", CENTRAL_UNIT if model == "central" else LOCAL_UNIT)
         return cls(False, model, method, epsilon, reason=reason,
                    randomness=more.pop("randomness", "seeded simulation"), **more)
 

@@ -73,10 +73,10 @@ class MarginalTable:
         if self.measured is None:
             return None
         if not self.reconstructed:
-            return f"measured: reports held {', '.join(self.attributes)} together"
+            return f"measured: {', '.join(self.attributes)} were measured together"
         sets = "; ".join(", ".join(m) for m in self.measured) or "nothing"
-        return ("reconstructed by a model (maximum entropy or a graphical model): no report "
-                f"measured {', '.join(self.attributes)} together; measured: {sets}")
+        return ("reconstructed by a model (maximum entropy or a graphical model): "
+                f"{', '.join(self.attributes)} were not measured together; measured: {sets}")
 
     def replace(self, **changes: object) -> MarginalTable:
         """A copy with some fields changed (the table is frozen)."""

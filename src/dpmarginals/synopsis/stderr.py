@@ -127,6 +127,11 @@ def groups_of(synopsis: Any) -> list[GroupInfo]:
     """The groups a synopsis records, or a clear error if it records none."""
     info = getattr(synopsis, "info", None) or {}
     raw = info.get("groups")
+    method = getattr(synopsis, "method", "")
+    if not raw and method == "priview":
+        raise DPMarginalsError("priview releases carry no standard errors (their consistency "
+                               "and non-negativity steps have no variance model here); query "
+                               "without --std")
     if not raw or "n" not in info:
         raise DPMarginalsError(
             f"this {getattr(synopsis, 'method', '')} synopsis does not record its collection "

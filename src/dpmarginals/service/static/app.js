@@ -369,7 +369,7 @@ function renderResult(id, answer, note) {
   } else if (answer.reconstructed === false) {
     badge.textContent = "measured";
     badge.className = "badge measured";
-    $("basis-text").textContent = `Measured: reports held ${attrs.join(", ")} together.`;
+    $("basis-text").textContent = `Measured: ${attrs.join(", ")} were measured together.`;
   } else {
     badge.textContent = "basis unknown";
     badge.className = "badge";
