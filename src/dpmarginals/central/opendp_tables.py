@@ -16,7 +16,7 @@ import numpy as np
 
 from ..core.domain import Domain
 from ..core.errors import DPMarginalsError
-from ..core.extras import require
+from ..core.extras import MissingExtraError, require
 
 __all__ = ["certified_rho", "marginals_measurement", "mst_fit_budget", "require_tables"]
 
@@ -26,12 +26,17 @@ WHAT = "AIM and MST (OpenDP's contingency tables)"
 def require_tables() -> Any:
     """OpenDP with its ``mbi`` module, polars, and mbi with 64-bit JAX (the ``tables``
     extra), or a one-line :class:`~dpmarginals.core.extras.MissingExtraError`."""
-    for module in ("polars", "opendp.prelude", "opendp.extras.mbi", "jax", "mbi"):
-        require(module, extra="tables", what=WHAT)
     from ..inference.pgm import require_mbi
 
+    for module in ("polars", "opendp.prelude", "jax"):
+        require(module, extra="tables", what=WHAT)
+    try:  # before OpenDP imports mbi: 64-bit JAX, and mbi's import-time advice silenced
+        require_mbi()
+    except MissingExtraError:
+        require("mbi", extra="tables", what=WHAT)
+        raise
+    require("opendp.extras.mbi", extra="tables", what=WHAT)
     dp = require("opendp.prelude", extra="tables", what=WHAT)
-    require_mbi()
     import jax
 
     # mbi's advice: its many small compiled programs make JAX's persistent cache a cost
