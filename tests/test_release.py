@@ -278,6 +278,23 @@ def test_priview_says_it_has_no_standard_errors():
         r.marginal(list(DOMAIN)[:2], std=True)
 
 
+def test_cli_release_over_an_earlier_release_says_budgets_add_up(tmp_path):
+    """A release written over a private release warns (one line) that releases of the same
+    people compose; the file is replaced as before (scripts keep working)."""
+    people(300).to_csv(tmp_path / "p.csv", index=False)
+    (tmp_path / "d.json").write_text(json.dumps(DOMAIN))
+    out = tmp_path / "r.json"
+    command = ["release", tmp_path / "p.csv", "--domain", tmp_path / "d.json", "--model",
+               "central", "--method", "residual", "--epsilon", "1", "--delta", "1e-9", "--k",
+               "2", "--out", out]
+    first = cli(*command)
+    assert first.returncode == 0 and "now replaced" not in first.stderr, first.stderr
+    again = cli(*command)
+    assert again.returncode == 0
+    assert (f"{out} held a private central-DP release (residual, epsilon 1, delta 1e-09), now "
+            "replaced: releases of the same people compose") in again.stderr
+
+
 # -- 5. measured or reconstructed -------------------------------------------------------------
 def test_answers_say_measured_or_reconstructed(tmp_path):
     data = Dataset.from_frame(people(5000), DOMAIN)

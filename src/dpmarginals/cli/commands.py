@@ -502,7 +502,13 @@ def _cmd_release(args: argparse.Namespace) -> int:
                        domain_from_data=args.domain_from_data,
                        extra_columns="ignore" if args.ignore_extra_columns else "error",
                        **params)
+    earlier = _earlier_release(args.out)
     synopsis.save(args.out)
+    if earlier is not None:
+        warnings.warn(f"{args.out} held {earlier}, now replaced: releases of the same "
+                      "people compose, so if the earlier one was published or shared, their "
+                      f"privacy budgets add up (this one's: epsilon "
+                      f"{synopsis.privacy.epsilon:g})", UserWarning, stacklevel=2)
     info = getattr(synopsis, "info", {})
     shape = f", l={info['l']}, m={info['m']}" if info.get("l") else ""
     if info.get("phases"):  # l of the last phase alone would mislead
@@ -516,6 +522,20 @@ def _cmd_release(args: argparse.Namespace) -> int:
               + (f" (inference {info['auto']['inference']})" if info["auto"]["inference"]
                  else "") + f": {info['auto']['reason']}")
     return 0
+
+
+def _earlier_release(path: str) -> str | None:
+    """What a release file at ``path`` holds (a private release's mark), or None."""
+    try:
+        body = json.loads(Path(path).read_text(encoding="utf-8"))
+        mark = body["privacy"]
+        if mark.get("private") is True:
+            delta = f", delta {mark['delta']:g}" if mark.get("delta") else ""
+            return (f"a private {mark['model']}-DP release ({mark['method']}, epsilon "
+                    f"{mark['epsilon']:g}{delta})")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    return None
 
 
 #: AIM's and MST's options (``release`` and ``run``), passed on only when given.
