@@ -55,11 +55,13 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from ..core.dataset import Dataset
 from ..core.domain import Domain
@@ -129,16 +131,24 @@ class _ContingencyMethod:
         """The budget given to the algorithm after the 1-way marginals (``rho`` less an ulp)."""
         return float(np.nextafter(rho, 0.0))
 
-    def measurement(self, domain: Domain) -> tuple[Any, float]:
+    def measurement(self, domain: Domain, progress: Any = None) -> tuple[Any, float]:
         """OpenDP's measurement (1-way marginals, then the algorithm, composed adaptively:
         :func:`~.opendp_tables.marginals_measurement`) and the rho its privacy map
         certifies, checked to be at most :attr:`rho`.
 
         Its input is a polars LazyFrame of the attributes' codes (``u32``, ``0..size-1``);
-        its output ``(marginals, model)``.
+        its output ``(marginals, model)``.  ``progress`` (a tqdm bar, or None) counts the
+        model fits, one per round (OpenDP's loop has no other hook).
         """
         require_tables()
-        estimator = functools.partial(mbi_bridge.fit, iters=self.iters)
+        fit = functools.partial(mbi_bridge.fit, iters=self.iters)
+
+        def estimator(*args: Any, **kwargs: Any) -> Any:  # a model fit: one per round
+            model = fit(*args, **kwargs)
+            if progress is not None:
+                progress.update(1)
+            return model
+
         algorithm, share = self._algorithm(estimator, len(domain))
         rho = self.rho
         rho_oneway = rho * share
@@ -159,10 +169,13 @@ class _ContingencyMethod:
         plan = self.plan(data.domain, data.n)
         check_map_count(int(plan.params.get("rounds") or 0), method=self.name)
         clock = time.perf_counter()
-        meas, spent = self.measurement(data.domain)
-        frame = pl.DataFrame({a: data.codes[:, j].astype(np.uint32)
-                              for j, a in enumerate(data.domain.attributes)})
-        marginals, model = meas(frame.lazy())
+        # no total: AIM's rounds end when its budget does, which the data decides
+        with tqdm(desc=f"{self.name}: model fits", unit="fit", disable=None, file=sys.stderr,
+                  leave=False) as progress:
+            meas, spent = self.measurement(data.domain, progress)
+            frame = pl.DataFrame({a: data.codes[:, j].astype(np.uint32)
+                                  for j, a in enumerate(data.domain.attributes)})
+            marginals, model = meas(frame.lazy())
         seconds = time.perf_counter() - clock
         synopsis = ContingencySynopsis.from_mbi(data.domain, self.name, marginals, model)
         rounds = sum(len(c) > 1 for c, _ in synopsis.measurements)
