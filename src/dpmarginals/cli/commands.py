@@ -517,6 +517,12 @@ def _cmd_release(args: argparse.Namespace) -> int:
         shape = f", {info['measured']} marginals measured (rho {info['rho']:.4g})"
     print(f"{synopsis.privacy.describe()}{shape}: {len(synopsis.domain)} attributes, "
           f"saved to {args.out}")
+    if info.get("consistent") is False:
+        print(f"  note: the tables did not reach consistency and non-negativity in "
+              f"{info.get('consistency_rounds')} rounds (largest disagreement "
+              f"{info.get('max_inconsistency', float('nan')):.2g}, smallest cell "
+              f"{info.get('min_cell', float('nan')):.2g}): answers from different tables "
+              "may disagree, and cells fall below 0, by that much")
     if info.get("auto"):
         print(f"  method auto chose {info['auto']['chose']}"
               + (f" (inference {info['auto']['inference']})" if info["auto"]["inference"]
