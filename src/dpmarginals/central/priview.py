@@ -103,7 +103,8 @@ class PriView:
     m: int | None = None
     cover: int | None = None
     sampler: str = "auto"
-    max_rounds: int = 100
+    #: as consistent_synopsis: Adult's 15 views converge in 202 rounds (100 left -2e-7)
+    max_rounds: int = 1000
     max_view_cells: int = DEFAULT_VIEW_CELLS
     name: ClassVar[str] = "priview"
 
