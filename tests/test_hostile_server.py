@@ -799,6 +799,27 @@ def test_cli_device_refuses_a_plan_below_its_floor_unless_told(offline):
     assert "devices refuse it unless their owners lower their floor" in out.stderr
 
 
+def test_cli_simulated_phases_play_their_own_slice_of_the_file(offline):
+    """`client --simulate` sent every row into phase 1 of an adaptive campaign (more users
+    than the phase planned, none left for later phases); a phase now plays its planned
+    users after the earlier phases' rows unless --skip / --limit say otherwise."""
+    dom = Domain.from_dict({"a": 2, "b": 3, "c": 2})
+    plan = Adaptive(epsilon=1.0, k=2).plan(dom, 600)
+    plan.save(offline / "phase1.json")
+    planned = plan.params["phase_users"]
+    (offline / "rows.csv").write_text("a,b,c\n" + "".join(f"{i % 2},{i % 3},{i // 3 % 2}\n"
+                                                         for i in range(600)))
+    client = ("client", "--simulate", "--plan", "phase1.json", "--data", "rows.csv",
+              "--max-epsilon", "1", "--save-reports", "r.jsonl")
+    out = _cli(*client, cwd=offline)
+    assert out.returncode == 0, out.stderr
+    assert f"phase 1 of {len(planned)}: rows 1 to {planned[0]:,} of --data" in out.stderr
+    assert len((offline / "r.jsonl").read_text().splitlines()) == planned[0]
+    out = _cli(*client, "--limit", "7", cwd=offline)
+    assert out.returncode == 0 and "phase 1 of" not in out.stderr
+    assert len((offline / "r.jsonl").read_text().splitlines()) == 7
+
+
 def test_cli_client_reads_labelled_records_as_release_does(offline):
     dom = Domain.from_dict({"sex": ["female", "male"], "age": {"bins": [0, 30, 60, 120]}})
     plan = Plan("calm", 1.0, dom, (GroupSpec(("sex", "age"), "grr", 1.0, 6),))

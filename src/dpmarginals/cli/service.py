@@ -213,9 +213,21 @@ def _records(args: argparse.Namespace, plan: Any) -> Any:
     from ..core.records import read_records
 
     rows = read_records(args.data, plan.domain, extra_columns="ignore").codes
-    chosen = rows[args.skip:][: args.limit]
+    skip, limit = args.skip, args.limit
+    phase, planned = plan.params.get("phase"), plan.params.get("phase_users")
+    if (getattr(args, "simulate", False) and skip == 0 and limit is None
+            and isinstance(phase, int) and isinstance(planned, list)
+            and 1 <= phase <= len(planned) and len(planned) > 1):
+        # an adaptive collection's phase: its own users, the rows after the earlier phases'
+        skip, limit = sum(int(u) for u in planned[: phase - 1]), int(planned[phase - 1])
+        if phase == len(planned):
+            limit = None  # the last phase takes the rest
+        print(f"dpmarginals: note: phase {phase} of {len(planned)}: rows {skip + 1:,} to "
+              f"{'the end' if limit is None else f'{skip + limit:,}'} of --data (the phase's "
+              "users; --skip and --limit choose others)", file=sys.stderr)
+    chosen = rows[skip:][:limit]
     if not len(chosen):
-        raise DPMarginalsError(f"--skip {args.skip} leaves none of the {len(rows):,} rows of "
+        raise DPMarginalsError(f"--skip {skip} leaves none of the {len(rows):,} rows of "
                                f"{args.data}")
     return chosen
 
