@@ -202,7 +202,7 @@ def _check_size(algo: Any, data: Dataset) -> None:
     if isinstance(plan, Plan) and plan.groups:  # a local plan
         warn_uncovered(plan)
     if not plan.groups:  # a central method measures marginals of up to k (MST: 2) attributes
-        width = 2 if type(algo).__name__ == "MST" else min(int(getattr(algo, "k", 2)), data.d)
+        width = 2 if getattr(algo, "name", "") == "mst" else min(int(getattr(algo, "k", 2)), data.d)
         widest = sorted(zip(data.domain.sizes, data.domain.attributes, strict=True))[-width:]
         cells = math.prod(size for size, _ in widest)
         if cells > MAX_GROUP_CELLS:
