@@ -134,7 +134,7 @@ def groups_of(synopsis: Any) -> list[GroupInfo]:
                                "without --std")
     if not raw or "n" not in info:
         raise DPMarginalsError(
-            f"this {getattr(synopsis, 'method', '')} synopsis does not record its collection "
+            f"this {method} synopsis does not record its collection "
             "(info['groups'] and info['n']), so it has no standard errors; re-run it with "
             "this version of dpmarginals")
     try:
