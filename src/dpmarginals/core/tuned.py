@@ -10,11 +10,18 @@ The dev grid (docs/beyond-calm.md §6): the settings of CALM Figures 4 and 5 (Ko
 capped at 3 values), the k = 3 and k = 6 panels at the paper's n (2^16; 2^18 for k = 6),
 eps = 0.2, 0.8, 1.4, 2.0: 56 settings; ``dpmarginals experiment adaptive``'s streams with
 experiment seed 0 (``seed_for(0, "reports", method, data set, n, d, k, repeat, eps)``), two
-sets of 3 repeats (repeats 0-2 and 3-5).  Constants chosen before that grid existed were
-chosen on CALM Fig. 4/5's quick grids (``experiment calm-pgm --quick``, seed 0) or on the
-runs named in their entry.  Data sets no constant was chosen on: NLTCS, ACS, Loans, Fire,
-T10I4D100K and the random Bayesian networks of :mod:`dpmarginals.datasets.bayesnet`
-(the held-out benchmark's).
+sets of 3 repeats (repeats 0-2 and 3-5); and, as each entry names, the same panels at n =
+2^14 and 2^15 (``benchmarks/dev_grid.py --log-n``), the multi-valued panels (Adult,
+BR2000 and RAND HIE, ``--panels multi``) and the dev networks (``--panels networks``:
+:mod:`dpmarginals.datasets.bayesnet`'s families drawn from network seeds 1,001-1,012).
+Constants chosen before that grid existed were chosen on CALM Fig. 4/5's quick grids
+(``experiment calm-pgm --quick``, seed 0) or on the runs named in their entry.  No
+constant was chosen on NLTCS, ACS, Loans, Fire, T10I4D100K or the held-out draws of the
+random Bayesian networks (network seeds 36,001 and up); the held-out networks are new
+draws of the dev networks' families, and one choice (``AUTO_INFERENCE``) was re-measured
+on the dev grids after a diagnosis of a held-out draw prompted it (docs/beyond-calm.md §7).
+Not yet here: ``MIN_GROUP_USERS`` (:mod:`dpmarginals.planning.optimal`) and the standard
+errors' ``INTERACTION_DECAY``.
 
 >>> TUNED["ORDER_DECAY"].value == ORDER_DECAY
 True
