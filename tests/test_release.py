@@ -251,6 +251,20 @@ def test_central_releases_refuse_a_marginal_too_wide_before_measuring(method):
                 epsilon=1.0, delta=1e-9, k=2)
 
 
+def test_the_width_check_reads_residuals_own_workload():
+    """ResidualPlanner measures its workload's marginals, not every k-way one: a workload
+    without the wide attribute releases; one with it is refused (the first cut of the
+    check took the k widest attributes and refused both)."""
+    frame = pd.DataFrame({"a": range(50), "b": [0, 1] * 25, "c": [0, 1, 2, 0, 1] * 10})
+    domain = {"a": 10**6, "b": 2, "c": 3}
+    r = release(frame, domain, method="residual", model="central", epsilon=1.0, delta=1e-9,
+                k=2, workload=[("b", "c")])
+    assert r.marginal(["b", "c"]).values.shape == (2, 3)
+    with pytest.raises(DPMarginalsError, match=r"the marginal over \['a', 'c'\] has 3,000,000"):
+        release(frame, domain, method="residual", model="central", epsilon=1.0, delta=1e-9,
+                k=2, workload=[("a", "c")])
+
+
 @pytest.mark.parametrize("method", ["residual", "priview", "mst", "calm"])
 def test_an_epsilon_below_the_floor_is_one_line(method):
     """epsilon = 1e-300 divided by zero (residual, priview) or overflowed OpenDP (mst)."""

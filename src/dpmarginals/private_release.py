@@ -15,7 +15,6 @@ private with its guarantee (:class:`~dpmarginals.core.provenance.Provenance`).
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -201,14 +200,13 @@ def _check_size(algo: Any, data: Dataset) -> None:
     plan = algo.plan(data.domain, data.n)
     if isinstance(plan, Plan) and plan.groups:  # a local plan
         warn_uncovered(plan)
-    if not plan.groups:  # a central method measures marginals of up to k (MST: 2) attributes
-        width = 2 if getattr(algo, "name", "") == "mst" else min(int(getattr(algo, "k", 2)), data.d)
-        widest = sorted(zip(data.domain.sizes, data.domain.attributes, strict=True))[-width:]
-        cells = math.prod(size for size, _ in widest)
+    if hasattr(algo, "largest_marginal"):  # a central method (its plan has no groups)
+        widest = algo.largest_marginal(data.domain)
+        cells = data.domain.project(widest).cells()
         if cells > MAX_GROUP_CELLS:
             raise DPMarginalsError(
-                f"the marginal over {sorted(a for _, a in widest)} has {cells:,} cells; a "
-                f"release handles at most {MAX_GROUP_CELLS:,}: bin the attributes or lower --k")
+                f"the marginal over {sorted(widest)} has {cells:,} cells; a release handles "
+                f"at most {MAX_GROUP_CELLS:,}: bin the attributes or lower --k")
     for group in plan.groups:
         if group.cells > MAX_GROUP_CELLS:
             raise DPMarginalsError(

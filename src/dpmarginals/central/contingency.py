@@ -123,6 +123,16 @@ class _ContingencyMethod:
     def _params(self, d: int) -> dict[str, Any]:
         return {}
 
+    #: The most attributes one measured marginal holds (None: ``k``, the workload's).
+    measured_width: ClassVar[int | None] = None
+
+    def largest_marginal(self, domain: Domain) -> tuple[str, ...]:
+        """The attributes of the measured marginal with the most cells this method may
+        take (release's size check, before any work): the widest attributes."""
+        width = min(self.measured_width or self.k, len(domain))
+        by_size = sorted(zip(domain.sizes, domain.attributes, strict=True))
+        return tuple(a for _, a in by_size[-width:])
+
     def _algorithm(self, estimator: Any, d: int) -> tuple[Any, float]:
         """OpenDP's algorithm object and the share of rho for the 1-way marginals."""
         raise NotImplementedError
@@ -240,6 +250,7 @@ class MST(_ContingencyMethod):
 
     iters: int = 5000
     name: ClassVar[str] = "mst"
+    measured_width: ClassVar[int | None] = 2
 
     def _params(self, d: int) -> dict[str, Any]:
         return {"oneway_share": MST_ONEWAY_SHARE, "measure_split": 0.5}

@@ -120,6 +120,13 @@ class ResidualPlanner:
             raise DPMarginalsError("the workload is empty")
         return out
 
+    def largest_marginal(self, domain: Domain) -> tuple[str, ...]:
+        """The workload marginal with the most cells (release's size check, before any
+        work: the residuals measured are its subsets' and the other marginals')."""
+        widest = max(self.weights(domain),
+                     key=lambda w: math.prod(domain.sizes[i] for i in w))
+        return tuple(domain.attributes[i] for i in widest)
+
     def variances(self, domain: Domain) -> dict[Subset, float]:
         """``sigma_A^2`` of every residual, for the budget (before OpenDP's rounding)."""
         v = variance_weights(self.weights(domain), domain.sizes)
