@@ -31,30 +31,34 @@ function planEpsilon(value: unknown, field: string, ceiling = EPSILON_CEILING): 
   return eps;
 }
 
-/** One of the device's own caps: a finite number in (0, 20] (max_epsilon), or > 0. */
-export function deviceCap(value: unknown, field = "max_epsilon"): number {
+/** One of the device owner's settings, or one line: field must be a number (rule names the
+ *  setting's kind: cap, floor). */
+function deviceNumber(value: unknown, field: string, rule: string): number {
   if (typeof value !== "number") {
-    throw new DPMarginalsError(`${field} must be a number (the device's own cap), got ${pyr(value)}`);
-  }
-  const high = field === "max_epsilon" ? EPSILON_CEILING : Infinity;
-  if (!(Number.isFinite(value) && value > 0 && value <= high)) {
-    throw new DPMarginalsError(`${field} must be a finite number in (0, ${pyFormatG(high)}], got `
-                               + pyr(value, true));
+    throw new DPMarginalsError(`${field} must be a number (the device's own ${rule}), got ${pyr(value)}`);
   }
   return value;
+}
+
+/** One of the device's own caps: a finite number in (0, 20] (max_epsilon), or > 0. */
+export function deviceCap(value: unknown, field = "max_epsilon"): number {
+  const cap = deviceNumber(value, field, "cap");
+  const high = field === "max_epsilon" ? EPSILON_CEILING : Infinity;
+  if (!(Number.isFinite(cap) && cap > 0 && cap <= high)) {
+    throw new DPMarginalsError(`${field} must be a finite number in (0, ${pyFormatG(high)}], got `
+                               + pyr(cap, true));
+  }
+  return cap;
 }
 
 /** The device's minLongitudinalRatio: a finite number >= 1 (1: no floor beyond the plan
  *  check's longitudinal >= epsilon). */
 export function longitudinalFloor(value: unknown): number {
-  if (typeof value !== "number") {
-    throw new DPMarginalsError("min_longitudinal_ratio must be a number (the device's own floor), "
-                               + `got ${pyr(value)}`);
+  const ratio = deviceNumber(value, "min_longitudinal_ratio", "floor");
+  if (!(Number.isFinite(ratio) && ratio >= 1)) {
+    throw new DPMarginalsError(`min_longitudinal_ratio must be a finite number >= 1, got ${pyr(ratio, true)}`);
   }
-  if (!(Number.isFinite(value) && value >= 1)) {
-    throw new DPMarginalsError(`min_longitudinal_ratio must be a finite number >= 1, got ${pyr(value, true)}`);
-  }
-  return value;
+  return ratio;
 }
 
 /** The first integer beyond +-(2^53 - 1) in a JSON value, with its path. */

@@ -532,16 +532,13 @@ def _cmd_release(args: argparse.Namespace) -> int:
 
 def _earlier_release(path: str) -> str | None:
     """What a release file at ``path`` holds (a private release's mark), or None."""
+    from ..core.provenance import Provenance
+
     try:
-        body = json.loads(Path(path).read_text(encoding="utf-8"))
-        mark = body["privacy"]
-        if mark.get("private") is True:
-            delta = f", delta {mark['delta']:g}" if mark.get("delta") else ""
-            return (f"a private {mark['model']}-DP release ({mark['method']}, epsilon "
-                    f"{mark['epsilon']:g}{delta})")
+        mark = Provenance.from_dict(json.loads(Path(path).read_text(encoding="utf-8"))["privacy"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        pass
-    return None
+        return None
+    return f"a {mark.describe()}" if mark.private else None
 
 
 #: AIM's and MST's options (``release`` and ``run``), passed on only when given.

@@ -207,16 +207,16 @@ def _client_simulated(args: argparse.Namespace) -> int:
 
 
 def _records(args: argparse.Namespace, plan: Any) -> Any:
-    """The rows of --data this run plays (codes in the plan's domain order): after the first
-    --skip, at most --limit.  Read as ``release`` reads a table: labels, bins and codes as
-    the plan's domain declares them, errors naming the column, line and value."""
+    """The rows of --data a ``--simulate`` run plays (codes in the plan's domain order):
+    after the first --skip, at most --limit (a phase of an adaptive collection without
+    them: the phase's own slice).  Read as ``release`` reads a table: labels, bins and
+    codes as the plan's domain declares them, errors naming the column, line and value."""
     from ..core.records import read_records
 
     rows = read_records(args.data, plan.domain, extra_columns="ignore").codes
     skip, limit = args.skip, args.limit
     phase, planned = plan.params.get("phase"), plan.params.get("phase_users")
-    if (getattr(args, "simulate", False) and skip == 0 and limit is None
-            and isinstance(phase, int) and isinstance(planned, list)
+    if (skip == 0 and limit is None and isinstance(phase, int) and isinstance(planned, list)
             and 1 <= phase <= len(planned) and len(planned) > 1):
         # an adaptive collection's phase: its own users, the rows after the earlier phases'
         skip, limit = sum(int(u) for u in planned[: phase - 1]), int(planned[phase - 1])

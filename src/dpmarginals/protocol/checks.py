@@ -60,13 +60,19 @@ def _plan_epsilon(value: object, field: str, ceiling: float = EPSILON_CEILING) -
     return eps
 
 
+def _device_number(value: object, field: str, rule: str) -> float:
+    """One of the device owner's settings as a float, or one line: ``field`` must be a
+    number (``rule`` names the setting's kind: cap, floor)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise DPMarginalsError(f"{field} must be a number (the device's own {rule}), got "
+                               f"{value!r}")
+    return float(value)
+
+
 def device_cap(value: object, field: str = "max_epsilon") -> float:
     """One of the device's own caps: required, finite, in (0, EPSILON_CEILING] (the total
     and period caps: finite and > 0)."""
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-        raise DPMarginalsError(f"{field} must be a number (the device's own cap), got "
-                               f"{value!r}")
-    cap = float(value)
+    cap = _device_number(value, field, "cap")
     high = EPSILON_CEILING if field == "max_epsilon" else math.inf
     if not (math.isfinite(cap) and 0 < cap <= high):
         raise DPMarginalsError(f"{field} must be a finite number in (0, {high:g}], got "
@@ -77,10 +83,7 @@ def device_cap(value: object, field: str = "max_epsilon") -> float:
 def longitudinal_floor(value: object) -> float:
     """The device's ``min_longitudinal_ratio``: a finite number >= 1 (1: no floor beyond
     the plan check's longitudinal >= epsilon)."""
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-        raise DPMarginalsError("min_longitudinal_ratio must be a number (the device's own "
-                               f"floor), got {value!r}")
-    ratio = float(value)
+    ratio = _device_number(value, "min_longitudinal_ratio", "floor")
     if not (math.isfinite(ratio) and ratio >= 1):
         raise DPMarginalsError(f"min_longitudinal_ratio must be a finite number >= 1, got "
                                f"{value!r}")
