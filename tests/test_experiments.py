@@ -148,7 +148,7 @@ def test_results_written_with_other_columns_are_refused(tmp_path):
 ALL = ["calm-fig4", "calm-fig5", "calm-fig6", "calm-fig7", "calm-fig8", "calm-fig9",
        "cormode-fig4", "cormode-fig5", "cormode-fig9", "cormode-table3", "cormode-b2",
        "cormode-chi2", "cormode-chowliu", "calm-pgm", "central-tables", "adaptive",
-       "calm-fig4-population", "heldout"]
+       "calm-fig4-population", "heldout", "heldout-latent"]
 
 
 def test_registry_lists_every_experiment():

@@ -139,3 +139,57 @@ def test_dev_networks_never_draw_a_held_out_network():
     assert np.array_equal(first.codes, again.codes)
     assert not np.array_equal(first.codes, other.codes)  # repeat 1: a new sample
     assert first.d == dev.DEV_NETWORKS[0][3] and set(first.domain.sizes) == {2}
+
+
+def test_latent_class_models_are_seeded_and_follow_their_tables():
+    from dpmarginals.datasets.latent_class import LatentClassSpec, random_latent_class
+
+    spec = LatentClassSpec(6, classes=3, values="mixed", margins="skewed", seed=4)
+    model = random_latent_class(spec)
+    assert model.domain.sizes.count(2) == 3 and max(model.domain.sizes) <= 6
+    assert np.isclose(model.weights.sum(), 1.0) and model.tables[0].shape[0] == 3
+    a, b = model.sample(60_000, rng=1), model.sample(60_000, rng=1)
+    assert np.array_equal(a.codes, b.codes)
+    # attribute 0's 1-way marginal is the class mixture of its tables: 4 standard errors of
+    # each cell's proportion (fails with probability < 1e-3 over the cells)
+    p = model.weights @ model.tables[0]
+    freq = np.bincount(a.codes[:, 0], minlength=p.size) / a.n
+    assert np.all(np.abs(freq - p) <= 4 * np.sqrt(p * (1 - p) / a.n) + 1e-12)
+    with pytest.raises(DPMarginalsError, match="classes"):
+        LatentClassSpec(6, classes=1)
+    with pytest.raises(DPMarginalsError, match="margins"):
+        LatentClassSpec(6, margins="flat")
+
+
+def test_latent_class_margins_set_the_dependence():
+    """Skewed per-class tables make the classes differ, so attributes depend strongly;
+    near-uniform ones leave them nearly independent (mean |correlation| over pairs)."""
+    from dpmarginals.datasets.latent_class import LatentClassSpec, random_latent_class
+
+    def dependence(margins: str) -> float:
+        data = random_latent_class(LatentClassSpec(12, 4, "binary", margins, seed=3)).sample(
+            50_000, rng=0)
+        corr = np.corrcoef(data.codes.T.astype(float))
+        return float(np.abs(corr[np.triu_indices(12, 1)]).mean())
+    assert dependence("uniform") < 0.08 < 0.12 < dependence("skewed")
+
+
+def test_the_latent_grid_is_a_second_held_out_family():
+    from dpmarginals.experiments.heldout import (
+        LATENT_SEED0,
+        LATENT_SETTINGS,
+        _latent_tasks,
+    )
+
+    assert {s.dataset for s in LATENT_SETTINGS} == {"lc"}
+    assert {s.values for s in LATENT_SETTINGS} == {"binary", "multi", "mixed"}
+    assert {s.margins for s in LATENT_SETTINGS} == {"skewed", "uniform"}
+    assert min(s.n for s in LATENT_SETTINGS) == 2**14 and len(LATENT_SETTINGS) >= 10
+    models = {s.spec(seed).seed for seed in range(10) for s in LATENT_SETTINGS}
+    networks = {s.spec(seed).seed for seed in range(10) for s in SETTINGS if s.dataset == "bn"}
+    assert min(models) > LATENT_SEED0 > max(networks) and len(models) == 10 * len(
+        LATENT_SETTINGS)
+    full, quick = _latent_tasks(False), _latent_tasks(True)
+    assert len(full) == len(LATENT_SETTINGS) * FULL_REPEATS and len(quick) <= 4
+    assert all(t["key"].startswith("heldout-latent|") and t["grid"] == "lc" for t in full)
+    assert not {t["key"] for t in full} & {t["key"] for t in _tasks(False)}

@@ -28,7 +28,8 @@ Reproduce a figure or table of the CALM (CCS 2018) and Cormode-Kulkarni-Srivasta
 (SIGMOD 2018) evaluations on the real data sets (see `dpmarginals datasets`; set
 $DPMARGINALS_DATA to the folder holding them), or run one of this project's own
 benchmarks: `heldout` (issue #36: random Bayesian networks and real data sets no constant
-was chosen on; reported, never tuned on), `adaptive`, `calm-pgm`, ... (--list). Writes
+was chosen on; reported, never tuned on), `heldout-latent` (a second family, latent-class
+populations, first run on the release it reports), `adaptive`, `calm-pgm`, ... (--list). Writes
 OUT/NAME/results.csv (one row per method x setting x repeat), the figure(s) as PNG and
 summary.md (the numbers and the papers' orderings checked) -- OUT/NAME-quick/ with
 --quick. An interrupted run resumes from the rows already written; the same --seed gives
@@ -149,7 +150,8 @@ COMMANDS = (
                 help="worker processes (default 1); results do not depend on it"),
             arg("--seed", type=_seed, default=0,
                 help="simulation seed (default 0): users, reports and queries; for "
-                "heldout also the 16 networks, so each --seed is a new held-out draw"),
+                "heldout also the 16 networks (heldout-latent its 12 models), so each --seed "
+                "is a new held-out draw"),
             arg("--population", choices=("panel", "full"), default="panel",
                 help="calm-fig4: 'full' plans CALM for each panel's n but lets every user "
                 "of the data set report (~1M: the reading that reproduces the paper's "

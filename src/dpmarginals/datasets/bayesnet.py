@@ -39,7 +39,8 @@ from ..core.domain import Domain
 from ..core.errors import DPMarginalsError
 from ..core.randomness import RNGLike, simulation_rng
 
-__all__ = ["MARGINS", "STRUCTURES", "VALUES", "Network", "NetworkSpec", "random_network"]
+__all__ = ["MARGINS", "STRUCTURES", "VALUES", "Network", "NetworkSpec", "random_network",
+           "value_sizes"]
 
 STRUCTURES = ("tree", "dense")
 VALUES = ("binary", "multi", "mixed")
@@ -107,12 +108,13 @@ class Network:
         return Dataset(codes, self.domain, {}, self.spec.label)
 
 
-def _sizes(spec: NetworkSpec, gen: np.random.Generator) -> list[int]:
-    if spec.values == "binary":
-        return [2] * spec.d
-    if spec.values == "multi":
-        return gen.integers(3, 6, size=spec.d).tolist()
-    binary = gen.permutation(spec.d) < spec.d // 2
+def value_sizes(values: str, d: int, gen: np.random.Generator) -> list[int]:
+    """The ``d`` attributes' numbers of values for ``values`` (module docstring)."""
+    if values == "binary":
+        return [2] * d
+    if values == "multi":
+        return gen.integers(3, 6, size=d).tolist()
+    binary = gen.permutation(d) < d // 2
     return [2 if b else int(gen.integers(3, 7)) for b in binary]
 
 
@@ -132,7 +134,7 @@ def random_network(spec: NetworkSpec) -> Network:
     """The network of ``spec`` (drawn from ``spec.seed``; the same spec gives the same
     network)."""
     gen = np.random.default_rng([36, int(spec.seed)])
-    sizes = _sizes(spec, gen)
+    sizes = value_sizes(spec.values, spec.d, gen)
     order = gen.permutation(spec.d).tolist()
     parents: list[tuple[int, ...]] = [()] * spec.d
     cpts: list[np.ndarray] = [np.empty(0)] * spec.d
