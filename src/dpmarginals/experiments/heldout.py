@@ -21,6 +21,12 @@ the same generator families, and the five real data sets are the same in every d
   values) and Loans' 10 attributes of at most 12 values; every row is one user (the users
   are the data set; the repeats differ in their reports).
 
+``experiment heldout-latent`` runs the same methods and statistic on a second family that
+no dev run and no earlier draw has seen, **latent-class populations**
+(:mod:`dpmarginals.datasets.latent_class`: a hidden class, attributes independent given
+it), 12 settings fixed before the family's first run (:data:`LATENT_SETTINGS`, models
+from :data:`LATENT_SEED0`; streams keyed ``latent``), reported once per release.
+
 Per setting and repeat: CALM's plan is collected once and released by CALM and by
 calm-pgm (the same reports); the adaptive method's phases are collected once and released
 by its numpy inference (``adaptive``) and, where auto picks that combination (with the
