@@ -27,10 +27,11 @@ NEEDS: dict[str, tuple[tuple[str, str], ...]] = {
     "central-tables": (("opendp", "tables"), ("polars", "tables"), ("mbi", "tables"),
                        ("jax", "tables")),
     "heldout": (("mbi", "pgm"), ("jax", "pgm")),  # calm-pgm beside adaptive and auto
+    "heldout-latent": (("mbi", "pgm"), ("jax", "pgm")),
 }
 
 #: The grids' data set names that are not registry names: what they load.
-_LOADS = {"br2000-3": "br2000", "zipf": None, "bn": None}  # synthetic, no file
+_LOADS = {"br2000-3": "br2000", "zipf": None, "bn": None, "lc": None}  # synthetic, no file
 
 
 def needs(name: str) -> tuple[tuple[str, str], ...]:
