@@ -284,9 +284,30 @@ def check_view_inference(method: Any) -> None:
         require_mbi()
 
 
+# -- the settings FC and AM share -----------------------------------------------------------
+@dataclass
+class DirectSettings:
+    """What FC and AM (and Cormode et al.'s fixed-oracle versions) are configured by: the
+    budget, the marginal size k, the oracle (one of ``oracles``: "adaptive", "best" or a
+    name), the per-user path, and the post-processing of the released tables."""
+
+    epsilon: float
+    k: int = 3
+    oracle: str = "adaptive"
+    per_user: bool = False
+    postprocess: str = "none"
+    oracles: ClassVar[tuple[str, ...]] = ("adaptive", "best", "grr", "oue", "olh", "hr", "sue")
+
+    def __post_init__(self) -> None:
+        self.epsilon = check_epsilon(self.epsilon)
+        self.k = check_k(self.k)
+        check_choice(self.oracle, "oracle", self.oracles)
+        check_choice(self.postprocess, "postprocess", POSTPROCESS)
+
+
 # -- FC ------------------------------------------------------------------------------------
 @dataclass
-class FC:
+class FC(DirectSettings):
     """Full contingency table through one frequency oracle (CALM §3.3).
 
     ``oracle``: "adaptive" (CALM §2.2.3, as CALM §5.1 runs FC), "best", or a fixed oracle
@@ -299,20 +320,11 @@ class FC:
     (256, 'oue')
     """
 
-    epsilon: float
-    k: int = 3
-    oracle: str = "adaptive"
-    per_user: bool = False
-    postprocess: str = "none"
     max_memory: int = DEFAULT_MAX_MEMORY
     name: ClassVar[str] = "fc"
-    oracles: ClassVar[tuple[str, ...]] = ("adaptive", "best", "grr", "oue", "olh", "hr", "sue")
 
     def __post_init__(self) -> None:
-        self.epsilon = check_epsilon(self.epsilon)
-        self.k = check_k(self.k)
-        check_choice(self.oracle, "oracle", self.oracles)
-        check_choice(self.postprocess, "postprocess", POSTPROCESS)
+        super().__post_init__()
         self.max_memory = check_positive_int(self.max_memory, "max_memory")
 
     def memory_needed(self, domain: Domain, n: int) -> int:
@@ -371,7 +383,7 @@ class FC:
 
 # -- AM --------------------------------------------------------------------------------------
 @dataclass
-class AM:
+class AM(DirectSettings):
     """All k-way marginals, users partitioned into C(d, k) groups (CALM §3.4).
 
     ``inference="pgm"`` releases the noisy marginals as one graphical model (issue #9,
@@ -383,20 +395,11 @@ class AM:
     (56, 448)
     """
 
-    epsilon: float
-    k: int = 3
-    oracle: str = "adaptive"
-    per_user: bool = False
-    postprocess: str = "none"
     inference: str = "views"
     name: ClassVar[str] = "am"
-    oracles: ClassVar[tuple[str, ...]] = ("adaptive", "best", "grr", "oue", "olh", "hr", "sue")
 
     def __post_init__(self) -> None:
-        self.epsilon = check_epsilon(self.epsilon)
-        self.k = check_k(self.k)
-        check_choice(self.oracle, "oracle", self.oracles)
-        check_choice(self.postprocess, "postprocess", POSTPROCESS)
+        super().__post_init__()
         check_view_inference(self)
 
     def plan(self, domain: Domain, n: int) -> Plan:
