@@ -29,11 +29,12 @@ import numpy as np
 
 from ..core.dataset import Dataset
 from ..core.domain import Domain
-from ..core.errors import DPMarginalsError, check_epsilon, check_k
+from ..core.errors import DPMarginalsError, check_k
 from ..core.randomness import RNGLike
 from ..core.table import MarginalTable
 from ..protocol.plan import Plan
 from ..synopsis.base import Synopsis
+from .calm_settings import CALMSettings
 from .direct import bits_for, collection_output_distribution, every_record
 
 __all__ = ["BE", "BinaryEncoding", "EncodedSynopsis"]
@@ -165,31 +166,21 @@ class EncodedSynopsis(Synopsis):
 
 
 @dataclass
-class BE:
+class BE(CALMSettings):
     """CALM on the binary-encoded domain (CALM §5.3, "BE").
 
     The plan is CALM's plan (Algorithm 1) for d2 binary attributes and k2 = the bits of the
     k widest attributes; its domain is the binary one (clients encode before reporting) and
-    ``params["encoded_from"]`` is the original domain.
+    ``params["encoded_from"]`` is the original domain.  Its settings are CALM's
+    (:class:`~dpmarginals.local.calm_settings.CALMSettings`), passed on to the inner CALM.
 
     >>> plan = BE(epsilon=1.0, k=3).plan(Domain(tuple("abcdefgh"), (3,) * 8), 2**16)
     >>> len(plan.domain), plan.params["k_bits"]
     (16, 6)
     """
 
-    epsilon: float
-    k: int = 3
-    theta: float = 1e-3
-    m: int | None = None
-    l: int | None = None
-    oracle: str = "adaptive"
-    per_user: bool = False
     max_rounds: int = 100
     name: ClassVar[str] = "be"
-
-    def __post_init__(self) -> None:
-        self.epsilon = check_epsilon(self.epsilon)
-        self.k = check_k(self.k)
 
     def _inner(self, enc: BinaryEncoding) -> Any:
         from .calm import CALM  # CALM imports planning; keep this module light to import

@@ -20,7 +20,6 @@ from ..core.domain import Domain
 from ..core.errors import (
     DPMarginalsError,
     check_choice,
-    check_epsilon,
     check_k,
     check_positive_int,
 )
@@ -39,6 +38,7 @@ from ..planning.error_model import (
 from ..protocol.plan import GroupSpec, Plan, attribute_names
 from ..synopsis.base import Synopsis, consistent_synopsis
 from ..synopsis.stderr import collection_info
+from .calm_settings import CALMSettings
 from .collect import Counts, estimate_views, group_supports
 
 __all__ = ["CALM", "group_specs"]
@@ -65,8 +65,9 @@ def group_specs(
 
 
 @dataclass
-class CALM:
-    """CALM with Algorithm 1's choice of (m, l) unless both are given.
+class CALM(CALMSettings):
+    """CALM with Algorithm 1's choice of (m, l) unless both are given (the settings it shares
+    with BE: :class:`~dpmarginals.local.calm_settings.CALMSettings`).
 
     ``oracle``: "adaptive" (CALM §2.2.3, GRR or OUE per marginal size), "best" (least
     variance among GRR, OUE, OLH, HR), or one oracle name for every group.
@@ -83,13 +84,6 @@ class CALM:
     (4, 14)
     """
 
-    epsilon: float
-    k: int = 3
-    theta: float = 1e-3
-    m: int | None = None
-    l: int | None = None
-    oracle: str = "adaptive"
-    per_user: bool = False
     max_rounds: int = 1000
     inference: str = "consistency"
     max_fit_seconds: float = MAX_FIT_SECONDS
@@ -97,8 +91,7 @@ class CALM:
     name: ClassVar[str] = "calm"
 
     def __post_init__(self) -> None:
-        self.epsilon = check_epsilon(self.epsilon)
-        self.k = check_k(self.k)
+        super().__post_init__()
         check_choice(self.oracle, "oracle", ORACLES)
         check_choice(self.inference, "inference", INFERENCE)
         self.max_fit_seconds, self.max_fit_memory_mb = check_limits(self.max_fit_seconds,
