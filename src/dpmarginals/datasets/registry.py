@@ -255,6 +255,27 @@ def _privmrf_set(name: str, *, rows: int, attributes: int, domain: str, descript
     )
 
 
+def _nist_set(name: str, *, rows: int, attributes: int, domain: str, description: str,
+              citation: str, sha256: tuple[str, str]) -> DataSetInfo:
+    """A discretised table of the NIST synthetic-data 2021 extensions: a zipped coded CSV
+    and its domain (``sha256``: of the two files, in that order)."""
+    data, domain_json = f"{name}/{name}.zip", f"{name}/{name}-domain.json"
+    return DataSetInfo(
+        name=name, description=description, rows=rows, attributes=attributes,
+        max_d=attributes, domain=domain,
+        source="https://github.com/ryan112358/nist-synthetic-data-2021 (extensions/datasets/)",
+        licence="Apache-2.0 repository", citation=citation,
+        files=(
+            RemoteFile(data, ((_gh(*_NIST, f"extensions/datasets/{name}.zip"), copy),),
+                       sha256=sha256[0]),
+            RemoteFile(domain_json,
+                       ((_gh(*_NIST, f"extensions/datasets/{name}-domain.json"), copy),),
+                       sha256=sha256[1]),
+        ),
+        loader=_coded_loader(name, data, domain_json),
+    )
+
+
 #: Every data set, in the order ``dpmarginals datasets`` lists them.
 _DATA_SETS = (
     DataSetInfo(
@@ -382,40 +403,18 @@ _DATA_SETS = (
         ),
         loader=_coded_loader("nltcs", "nltcs/nltcs.csv.gz", "nltcs/nltcs-domain.json"),
     ),
-    DataSetInfo(
-        name="loans",
-        description="Lending Club loans 2007-2011, discretised (NIST synthetic data 2021)",
-        rows=42_535, attributes=48, max_d=48, domain="48 attrs, 3..1001 values",
-        source="https://github.com/ryan112358/nist-synthetic-data-2021 (extensions/datasets/)",
-        licence="Apache-2.0 repository",
-        citation="McKenna et al., NIST Differential Privacy Temporal Map Challenge extensions",
-        files=(
-            RemoteFile("loans/loans.zip",
-                       ((_gh(*_NIST, "extensions/datasets/loans.zip"), copy),),
-                       sha256="841ab75ed8b2082b38267c5b97e56db1a501e992776d7797473a7459568e3e08"),
-            RemoteFile("loans/loans-domain.json",
-                       ((_gh(*_NIST, "extensions/datasets/loans-domain.json"), copy),),
-                       sha256="64b2313a24728e5d56425577a65daac0b0f499c42159f1476c5312016401035b"),
-        ),
-        loader=_coded_loader("loans", "loans/loans.zip", "loans/loans-domain.json"),
-    ),
-    DataSetInfo(
-        name="fire",
-        description="San Francisco fire department calls, discretised: the 30 columns its "
-        "domain covers (Box and Address dropped)",
-        rows=305_119, attributes=30, max_d=30, domain="30 attrs, 2..742 values",
-        source="https://github.com/ryan112358/nist-synthetic-data-2021 (extensions/datasets/)",
-        licence="Apache-2.0 repository",
-        citation="SF Fire Department Calls for Service (DataSF); NIST DP challenge 2020",
-        files=(
-            RemoteFile("fire/fire.zip", ((_gh(*_NIST, "extensions/datasets/fire.zip"), copy),),
-                       sha256="d7654c74ff60013303dfd5a459d55385757da22ca1ab7ede98e7c78b74acfcfb"),
-            RemoteFile("fire/fire-domain.json",
-                       ((_gh(*_NIST, "extensions/datasets/fire-domain.json"), copy),),
-                       sha256="786c51e6e8d4b7af9e058fe938d5098a441bef66de5d9a30f99c02d14a8b8648"),
-        ),
-        loader=_coded_loader("fire", "fire/fire.zip", "fire/fire-domain.json"),
-    ),
+    _nist_set("loans", rows=42_535, attributes=48, domain="48 attrs, 3..1001 values",
+              description="Lending Club loans 2007-2011, discretised (NIST synthetic data 2021)",
+              citation="McKenna et al., NIST Differential Privacy Temporal Map Challenge "
+              "extensions",
+              sha256=("841ab75ed8b2082b38267c5b97e56db1a501e992776d7797473a7459568e3e08",
+                      "64b2313a24728e5d56425577a65daac0b0f499c42159f1476c5312016401035b")),
+    _nist_set("fire", rows=305_119, attributes=30, domain="30 attrs, 2..742 values",
+              description="San Francisco fire department calls, discretised: the 30 columns "
+              "its domain covers (Box and Address dropped)",
+              citation="SF Fire Department Calls for Service (DataSF); NIST DP challenge 2020",
+              sha256=("d7654c74ff60013303dfd5a459d55385757da22ca1ab7ede98e7c78b74acfcfb",
+                      "786c51e6e8d4b7af9e058fe938d5098a441bef66de5d9a30f99c02d14a8b8648")),
     DataSetInfo(
         name=_builtin.BUILTIN,
         description="RAND Health Insurance Experiment (built in, ships with statsmodels): "
