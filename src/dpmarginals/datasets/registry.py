@@ -232,6 +232,16 @@ _ADULT_CITE = ("Kohavi & Becker, UCI Adult (Census Income), 1996, "
                "doi:10.24432/C5XW20; CALM: Zhang et al., CCS 2018")
 
 
+def _adult_set(name: str, variant: str, *, domain: str, description: str) -> DataSetInfo:
+    """UCI Adult from the raw files, discretised as ``variant`` ("full", "3" or "2":
+    :func:`~dpmarginals.datasets.adult.adult_dataset`)."""
+    return DataSetInfo(
+        name=name, description=description, rows=45_222, attributes=15, max_d=15,
+        domain=domain, source=f"{_UCI}/adult/", licence="CC BY 4.0", citation=_ADULT_CITE,
+        files=_ADULT_RAW_FILES, loader=_adult_loader(name, variant),
+    )
+
+
 def _privmrf_set(name: str, *, rows: int, attributes: int, domain: str, description: str,
                  sha256: tuple[str, str, str]) -> DataSetInfo:
     """An IPUMS extract as PrivMRF preprocessed it: a coded CSV, its domain and its labels
@@ -278,28 +288,14 @@ def _nist_set(name: str, *, rows: int, attributes: int, domain: str, description
 
 #: Every data set, in the order ``dpmarginals datasets`` lists them.
 _DATA_SETS = (
-    DataSetInfo(
-        name="adult",
-        description="UCI Adult census income, raw files, missing rows dropped, numeric "
-        "attributes bucketized (CALM §5.1)",
-        rows=45_222, attributes=15, max_d=15, domain="15 attrs, 2..41 values",
-        source=f"{_UCI}/adult/", licence="CC BY 4.0", citation=_ADULT_CITE,
-        files=_ADULT_RAW_FILES, loader=_adult_loader("adult", "full"),
-    ),
-    DataSetInfo(
-        name="adult3",
-        description="Adult with every attribute capped at 3 values (CALM §5.3)",
-        rows=45_222, attributes=15, max_d=15, domain="15 attrs, 2..3 values",
-        source=f"{_UCI}/adult/", licence="CC BY 4.0", citation=_ADULT_CITE,
-        files=_ADULT_RAW_FILES, loader=_adult_loader("adult3", "3"),
-    ),
-    DataSetInfo(
-        name="adult2",
-        description="Adult, binary partition of every attribute, income the label (CALM §5.4)",
-        rows=45_222, attributes=15, max_d=15, domain="15 binary",
-        source=f"{_UCI}/adult/", licence="CC BY 4.0", citation=_ADULT_CITE,
-        files=_ADULT_RAW_FILES, loader=_adult_loader("adult2", "2"),
-    ),
+    _adult_set("adult", "full", domain="15 attrs, 2..41 values",
+               description="UCI Adult census income, raw files, missing rows dropped, numeric "
+               "attributes bucketized (CALM §5.1)"),
+    _adult_set("adult3", "3", domain="15 attrs, 2..3 values",
+               description="Adult with every attribute capped at 3 values (CALM §5.3)"),
+    _adult_set("adult2", "2", domain="15 binary",
+               description="Adult, binary partition of every attribute, income the label "
+               "(CALM §5.4)"),
     DataSetInfo(
         name="adult-pgm",
         description="Adult as discretised by private-pgm's hd-datasets (train+test, "
