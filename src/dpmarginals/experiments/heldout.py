@@ -149,6 +149,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(20, "fire", 10, None, 1.0, 3),
     Setting(21, "loans", 10, None, 2.0, 3),
 )
+
+
 def _lc(i: int, classes: int, values: str, margins: str, d: int, log_n: int, eps: float,
         k: int = 3) -> Setting:
     return Setting(i, "lc", d, 2**log_n, eps, k, "", values, margins, classes)
@@ -174,7 +176,7 @@ LATENT_SETTINGS: tuple[Setting, ...] = (
 GRIDS = {"bn": SETTINGS, "lc": LATENT_SETTINGS}
 #: Stream names of each grid's users, queries and reports (the networks' as fixed).
 STREAMS = {"bn": "heldout", "lc": "latent"}
-#: The quick latent grid (tests): two settings at n = 2^14.
+#: The quick latent grid (CI's smoke test): two settings at n = 2^14.
 LATENT_QUICK: tuple[tuple[int, int | None], ...] = ((1, 2**14), (8, 2**14))
 
 #: The quick grid (CI): four of the settings, bn5 at a quarter of its n (bn1 and bn10 are at
