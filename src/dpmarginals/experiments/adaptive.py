@@ -43,7 +43,7 @@ from .calm_figures import (
 )
 from .common import evaluate_synopsis, not_run
 from .runner import Experiment, seed_for
-from .summaries import Check, checks_markdown, fmt
+from .summaries import Check, checks_markdown, fmt, setting_label
 
 __all__ = ["ADAPTIVE_EXPERIMENTS"]
 
@@ -137,7 +137,7 @@ def _summary(frame: pd.DataFrame, quick: bool) -> str:
                    f"over {len(ratios)} settings")
     worse = Check("the adaptive method's SSE is at most CALM's in every setting", "issue #20")
     for _, row in table.iterrows():
-        where = f"{row['dataset']} {row['panel'].split(')')[0]}) eps={row['epsilon']:g}"
+        where = setting_label(row['dataset'], row['panel'], row['epsilon'])
         worse.add(row["ratio"] <= 1.0, f"{where} ({row['ratio']:.2f})")
     lines = [checks_markdown([median, worse]), "## Mean SSE per setting (same users, same "
              "queries)", "", "Error split (noise / sampling / reconstruction, first repeat): the "

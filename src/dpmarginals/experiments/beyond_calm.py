@@ -34,7 +34,7 @@ from .calm_figures import (
 )
 from .common import evaluate_synopsis, not_run
 from .runner import Experiment, seed_for
-from .summaries import Check, checks_markdown, fmt
+from .summaries import Check, checks_markdown, fmt, setting_label
 
 __all__ = ["BEYOND_CALM_EXPERIMENTS", "error_shares", "mean_sse", "not_run_lines",
            "same_users_ratios", "seconds_lines"]
@@ -163,7 +163,7 @@ def _summary(frame: pd.DataFrame, quick: bool) -> str:
                    "issue #9")
     better = Check("calm-pgm's mean SSE is below CALM's", "issue #9")
     for _, row in table.iterrows():
-        where = f"{row['dataset']} {row['panel'].split(')')[0]}) eps={row['epsilon']:g}"
+        where = setting_label(row['dataset'], row['panel'], row['epsilon'])
         target.add(row["ratio"] <= TARGET, f"{where} ({row['ratio']:.2f})")
         better.add(row["ratio"] < 1.0, f"{where} ({row['ratio']:.2f})")
     lines = [checks_markdown([target, better]), "## Mean SSE per setting (same reports)", "",

@@ -30,7 +30,7 @@ from .common import (
 )
 from .plots import HeatmapPanel, Panel, curve_grid, heatmap_grid
 from .runner import Experiment, seed_for
-from .summaries import Check, checks_markdown, fmt, pivot_table
+from .summaries import Check, checks_markdown, fmt, pivot_table, setting_label
 
 __all__ = ["CALM_EXPERIMENTS"]
 
@@ -208,7 +208,7 @@ def _fig4_checks(frame: pd.DataFrame, binary: bool) -> list[Check]:
                  "(SSE >= Uni / 3)", "§5.2")
     for key, g in means.groupby(["dataset", "panel", "epsilon"]):
         by = dict(zip(g["method"], g["mean"], strict=True))
-        where = f"{key[0]} {key[1].split(')')[0]}) eps={key[2]:g}"
+        where = setting_label(key[0], key[1], key[2])
         run = {m: v for m, v in by.items() if m != "uni"}
         if "calm" in by:
             c_best.add(by["calm"] <= min(run.values()) * (1 + 1e-9),
@@ -453,7 +453,7 @@ def _fig6_summary(frame: pd.DataFrame, quick: bool) -> str:
                  "§5.4")
     for key, g in means.groupby(["dataset", "panel", "epsilon"]):
         by = dict(zip(g["method"], g["mean"], strict=True))
-        where = f"{key[0]} {key[1].split(')')[0]}) eps={key[2]:g}"
+        where = setting_label(key[0], key[1], key[2])
         if "calm" in by:
             c_near.add(by["calm"] <= by["nonoise"] + 0.02, where)
             others = [by[m] for m in ("fc", "am") if m in by]
@@ -790,7 +790,7 @@ def _fig8_summary(frame: pd.DataFrame, quick: bool) -> str:
     for (panel, k, eps), g in means.groupby(["panel", "k", "epsilon"]):
         by = dict(zip(g["series"], g["mean"], strict=True))
         calm = {s: v for s, v in by.items() if s.startswith("k'=")}
-        where = f"{panel.split(')')[0]}) eps={eps:g}"
+        where = setting_label('', panel, eps)
         kk = f"k'={k}"
         if kk in calm:
             c_kk.add(calm[kk] <= 1.25 * min(calm.values()),

@@ -30,7 +30,7 @@ from .calm_figures import DATA_LABEL, EPS_CALM, FIG4_PANELS, panel_title, too_fe
 from .common import base_dataset, evaluate_synopsis, not_run, query_set, truths
 from .plots import Panel, curve_grid
 from .runner import Experiment, seed_for
-from .summaries import Check, checks_markdown, fmt
+from .summaries import Check, checks_markdown, fmt, setting_label
 
 __all__ = ["POPULATION_EXPERIMENTS", "full_population"]
 
@@ -135,7 +135,7 @@ def _summary(frame: pd.DataFrame, quick: bool) -> str:
     adaptive = Check("the adaptive method's error is at most CALM's (planned at the panel's n)",
                      "issue #20.2: error-optimal planning does not get worse with n")
     for (ds, panel, eps), row in means.iterrows():
-        where = f"{ds} {panel.split(')')[0]}) eps={eps:g}"
+        where = setting_label(ds, panel, eps)
         if "d=16, k=3" in panel and eps == 0.2:
             paper.add(abs(row["calm@panel-n"] / 0.0055 - 1) <= 0.3,
                       f"{where} ({fmt(row['calm@panel-n'])})")

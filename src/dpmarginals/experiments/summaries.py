@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["Check", "checks_markdown", "fmt", "pivot_table"]
+__all__ = ["Check", "checks_markdown", "fmt", "pivot_table", "setting_label"]
 
 
 def fmt(value: Any, digits: int = 3) -> str:
@@ -23,6 +23,16 @@ def fmt(value: Any, digits: int = 3) -> str:
     if abs(v) >= 1e4 or abs(v) < 1e-3:
         return f"{v:.{digits - 1}e}"
     return f"{v:.{digits}g}"
+
+
+def setting_label(dataset: str, panel: str, epsilon: float) -> str:
+    """A setting of a CALM-figure grid as the checks name it: the data set, the panel's
+    label up to its first ``)`` and eps, e.g. ``msnbc (a) eps=1`` for panel ``(a) n=2^16``.
+
+    >>> setting_label("msnbc", "(a) n=2^16, k=3", 1.0), setting_label("", "(b) d=8", 0.2)
+    ('msnbc (a) eps=1', '(b) eps=0.2')
+    """
+    return f"{dataset} {panel.split(')')[0]}) eps={epsilon:g}".lstrip()
 
 
 def pivot_table(frame: pd.DataFrame, *, rows: str, cols: str, value: str,
