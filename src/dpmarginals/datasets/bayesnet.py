@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -39,8 +40,8 @@ from ..core.domain import Domain
 from ..core.errors import DPMarginalsError
 from ..core.randomness import RNGLike, simulation_rng
 
-__all__ = ["MARGINS", "STRUCTURES", "VALUES", "Network", "NetworkSpec", "random_network",
-           "value_sizes"]
+__all__ = ["MARGINS", "STRUCTURES", "VALUES", "Network", "NetworkSpec", "check_family",
+           "draw_rows", "random_network", "value_sizes"]
 
 STRUCTURES = ("tree", "dense")
 VALUES = ("binary", "multi", "mixed")
@@ -64,13 +65,7 @@ class NetworkSpec:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if not 2 <= int(self.d) <= 256:
-            raise DPMarginalsError(f"d must be in 2..256, got {self.d!r}")
-        for name, allowed in (("structure", STRUCTURES), ("values", VALUES),
-                              ("margins", MARGINS)):
-            if getattr(self, name) not in allowed:
-                raise DPMarginalsError(f"{name} must be one of {', '.join(allowed)}, got "
-                                       f"{getattr(self, name)!r}")
+        check_family(self, structure=STRUCTURES, values=VALUES, margins=MARGINS)
 
     @property
     def label(self) -> str:
@@ -100,12 +95,29 @@ class Network:
             pa = self.parents[j]
             config = (np.ravel_multi_index([codes[:, p] for p in pa], [sizes[p] for p in pa])
                       if pa else np.zeros(n, dtype=np.intp))
-            cdf = np.cumsum(self.cpts[j], axis=1)
-            cdf[:, -1] = 1.0
-            u = gen.random(n)
-            # the first value whose cumulative probability exceeds u, per user
-            codes[:, j] = (u[:, None] >= cdf[config]).sum(axis=1)
+            codes[:, j] = draw_rows(self.cpts[j], config, gen)
         return Dataset(codes, self.domain, {}, self.spec.label)
+
+
+def check_family(spec: Any, **choices: Sequence[str]) -> None:
+    """Refuse a spec whose ``d`` is outside 2..256 or whose named fields are not among
+    their ``choices`` (one line naming the field and the value)."""
+    d = spec.d
+    if not 2 <= int(d) <= 256:
+        raise DPMarginalsError(f"d must be in 2..256, got {d!r}")
+    for name, allowed in choices.items():
+        if getattr(spec, name) not in allowed:
+            raise DPMarginalsError(f"{name} must be one of {', '.join(allowed)}, got "
+                                   f"{getattr(spec, name)!r}")
+
+
+def draw_rows(table: np.ndarray, rows: np.ndarray, gen: np.random.Generator) -> np.ndarray:
+    """One value per user from row ``rows[i]`` of ``table`` (rows are distributions): the
+    first value whose cumulative probability exceeds a uniform (one ``gen.random`` call)."""
+    cdf = np.cumsum(table, axis=1)
+    cdf[:, -1] = 1.0
+    u = gen.random(rows.size)
+    return (u[:, None] >= cdf[rows]).sum(axis=1)
 
 
 def value_sizes(values: str, d: int, gen: np.random.Generator) -> list[int]:

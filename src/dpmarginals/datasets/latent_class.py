@@ -30,7 +30,7 @@ from ..core.dataset import Dataset
 from ..core.domain import Domain
 from ..core.errors import DPMarginalsError
 from ..core.randomness import RNGLike, simulation_rng
-from .bayesnet import MARGINS, VALUES, value_sizes
+from .bayesnet import MARGINS, VALUES, check_family, draw_rows, value_sizes
 
 __all__ = ["CONCENTRATION", "LatentClassModel", "LatentClassSpec", "random_latent_class"]
 
@@ -51,14 +51,9 @@ class LatentClassSpec:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if not 2 <= int(self.d) <= 256:
-            raise DPMarginalsError(f"d must be in 2..256, got {self.d!r}")
+        check_family(self, values=VALUES, margins=MARGINS)
         if not 2 <= int(self.classes) <= 64:
             raise DPMarginalsError(f"classes must be in 2..64, got {self.classes!r}")
-        for name, allowed in (("values", VALUES), ("margins", MARGINS)):
-            if getattr(self, name) not in allowed:
-                raise DPMarginalsError(f"{name} must be one of {', '.join(allowed)}, got "
-                                       f"{getattr(self, name)!r}")
 
     @property
     def label(self) -> str:
@@ -84,9 +79,7 @@ class LatentClassModel:
         cls = gen.choice(self.weights.size, size=n, p=self.weights)
         codes = np.zeros((n, len(self.tables)), dtype=np.uint8)
         for j, table in enumerate(self.tables):
-            cdf = np.cumsum(table, axis=1)
-            cdf[:, -1] = 1.0
-            codes[:, j] = (gen.random(n)[:, None] >= cdf[cls]).sum(axis=1)
+            codes[:, j] = draw_rows(table, cls, gen)
         return Dataset(codes, self.domain, {}, self.spec.label)
 
 
