@@ -11,6 +11,7 @@ the OS's randomness, and a refusal with a draw fails), and its ledger stays read
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -375,16 +376,50 @@ def test_domains_sliced_by_the_server_learn_nothing_from_whether_a_device_report
 
 
 def test_a_substituted_value_is_memoized_like_any_value():
-    """Memoized plans keep one substitute per family: its permanent response is drawn once
-    and the family costs at most the longitudinal epsilon, as an unchanged value does."""
+    """Memoized plans keep one substitute per family: its permanent response is drawn once,
+    and the family's reports cost at most R x the longitudinal epsilon, R = 3 the responses
+    it can hold (two ages and the substitute), whatever the values were."""
     device = Device(None, max_epsilon=1.0, max_total_epsilon=100.0, min_longitudinal_ratio=2.0)
     plan = _sliced(20, 24, oracle="oue", longitudinal=2.0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ValueSubstituted)
-        for c in range(5):
+        for c in range(8):
             device.report(plan, {"age": 80.0 + c}, origin=ORIGIN, campaign=f"c{c}")
-    assert device.ledger.total() == 2.0
+    assert device.ledger.total() == 6.0
     assert [k.rsplit(":", 1)[1] for k in device.ledger._data["permanent"]] == ["substitute"]
+
+
+def _memo_outcomes(history: tuple[float, ...]) -> list[tuple[str, Fraction]]:
+    """What a device whose age runs through ``history`` shows one server of memoized
+    campaigns (report or refusal) and spends after each (a 2-bin age: R = 3 responses,
+    family cost at most 12; total cap 4.5)."""
+    device = Device(None, max_epsilon=1.0, max_total_epsilon=4.5)
+    plan = _sliced(20, 24, longitudinal=4.0)
+    out = []
+    for i, age in enumerate(history):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ValueSubstituted)
+                device.report(plan, {"age": age}, origin=ORIGIN, campaign=f"day{i}")
+            out.append(("report", device.ledger.total()))
+        except BudgetExceeded:
+            out.append(("refused", device.ledger.total()))
+    return out
+
+
+def test_whether_a_memoized_report_is_refused_never_depends_on_the_value():
+    """A server whose campaigns bring a device near its total cap would learn from a
+    refusal whether the value changed, were an unchanged value's reports cheaper (they
+    cost min(their sum, the longitudinal epsilon) under the per-value rule): a device whose
+    age never changed would report forever, one whose age changed would be refused.  The
+    charge reads only the family, so over every history of six ages (each of the two bins
+    or outside the domain: 3^6 = 729 histories, exact rationals) the server sees one
+    sequence: four reports, then refusals."""
+    expected = _memo_outcomes((21.0,) * 6)
+    assert [o for o, _ in expected] == ["report"] * 4 + ["refused"] * 2
+    assert [t for _, t in expected] == [1, 2, 3, 4, 4, 4]
+    for history in itertools.product((21.0, 23.0, 80.0), repeat=6):
+        assert _memo_outcomes(history) == expected, history
 
 
 # -- pinning and phases ---------------------------------------------------------------------
@@ -475,23 +510,23 @@ def test_a_later_phase_with_its_earlier_hashes_stripped_is_refused(phases, draws
 
 
 # -- memoization: no linkage, and what it costs -------------------------------------------
-def test_reports_of_an_unchanged_value_differ_and_cost_at_most_the_longitudinal_epsilon():
+def test_reports_of_an_unchanged_value_differ_and_their_family_costs_at_most_r_times_l():
     """Twenty campaigns of one memoized plan (OUE, per report 1.0, longitudinal 4.0) with
     the same value: fresh noise on one permanent response, so the payloads differ (today's
-    main sent the identical payload in every campaign) and the device is charged
-    min(20 x 1.0, 4.0).  The flip probability of a bit is ~0.26 over 15 bits: two payloads
-    agree with probability < 0.6^15 ~ 5e-4, so 20 payloads hold at least 15 distinct ones
-    except with probability < 1e-20 (not seeded: OS randomness)."""
+    main sent the identical payload in every campaign).  The flip probability of a bit is
+    ~0.26 over 15 bits: two payloads agree with probability < 0.6^15 ~ 5e-4, so 20 payloads
+    hold at least 15 distinct ones except with probability < 1e-20 (not seeded: OS
+    randomness).  Group 1 (b, c) holds 15 values and the substitute, R = 16: its family's
+    reports are charged until they cost 64, then nothing, changed value or not."""
     plan = plan_with(longitudinal=4.0)
     phone = device(total=100.0)
     payloads = [phone.report(plan, RECORD, origin=ORIGIN, campaign=f"day{i}", group=1)
                 ["payload"] for i in range(20)]
     assert len(set(payloads)) >= 15
-    assert phone.ledger.total() == 4
-    # a changed value is a new permanent response, charged afresh; the old one is not
-    phone.report(plan, {**RECORD, "c": 0}, origin=ORIGIN, campaign="day20", group=1)
-    phone.report(plan, RECORD, origin=ORIGIN, campaign="day21", group=1)
-    assert phone.ledger.total() == 5
+    assert phone.ledger.total() == 20
+    for i in range(20, 70):  # a changed value is a new permanent response, charged alike
+        phone.report(plan, {**RECORD, "c": i % 5}, origin=ORIGIN, campaign=f"day{i}", group=1)
+    assert phone.ledger.total() == 64 and len(phone.ledger._data["permanent"]) == 5
 
 
 def test_a_memoized_plan_below_the_devices_floor_is_refused(draws):
@@ -528,9 +563,9 @@ def test_no_two_servers_see_one_permanent_response():
                                 group=1)["payload"])
 
     same = {payload(ORIGIN, f"w{i}") for i in range(3)}
-    assert len(same) == 1 and phone.ledger.total() == 1  # one server: one response
+    assert len(same) == 1 and phone.ledger.total() == 3  # one server: one response
     others = [payload(f"https://other{i}.example", "w0") for i in range(8)]
-    assert phone.ledger.total() == 9  # each server's charged as its own
+    assert phone.ledger.total() == 11  # each server's charged as its own
     # 8 fresh OUE responses over 15 bits, each equal to the first w.p. < 0.74^15 < 0.011:
     # 4 or more of them equal to it w.p. < 70 x 0.011^4 < 1e-6 (OS randomness, not seeded)
     assert sum(o in same for o in others) <= 3
@@ -584,7 +619,35 @@ def test_a_corrupt_ledger_is_a_clear_error_and_is_never_reset(tmp_path, draws):
             "is corrupt .*restore it from a backup", draws, LedgerError)
     assert path.read_text().endswith("[}")
     path.write_text(json.dumps({"format": "dpmarginals.ledger", "version": 1}))
-    refused(lambda: Ledger(path), "version 1 is not 2", draws, LedgerError)
+    refused(lambda: Ledger(path), "version 1 is not one this dpmarginals reads", draws,
+            LedgerError)
+    path.write_text(json.dumps({"format": "dpmarginals.ledger", "version": 3, "campaigns": {},
+                                "groups": {}, "charges": [],
+                                "permanent": {"f:1": {"response": 1, "longitudinal": 4.0}}}))
+    refused(lambda: Ledger(path), r"permanent\['f:1'\]\.responses must be a count", draws,
+            LedgerError)
+
+
+def test_a_version_2_ledger_is_read_with_every_report_charged_in_full(tmp_path):
+    """A ledger of the per-value rule (version 2: an unchanged value's reports cost at most
+    the longitudinal epsilon together) is read as version 3: every report charged its
+    epsilon, its permanent responses (the user's values) forgotten, and written as version
+    3 at the next report; nothing spent is forgotten."""
+    path = tmp_path / "ledger.json"
+    memo = "fam:4"
+    charges = [{"time": 1.0, "campaign": f"https://x|c{i}", "epsilon": 1.0, "permanent": memo}
+               for i in range(6)]
+    old = {"format": "dpmarginals.ledger", "version": 2, "groups": {}, "charges": charges,
+           "campaigns": {f"https://x|c{i}": {"plan_hash": "h", "root": f"c{i}", "report": None}
+                         for i in range(6)},
+           "permanent": {memo: {"response": [0, 1], "longitudinal": 4.0}}}
+    path.write_text(json.dumps(old))
+    phone = Device(path, max_epsilon=1.0, max_total_epsilon=7.0)
+    assert phone.ledger.total() == 6 and phone.ledger._data["permanent"] == {}
+    phone.report(plan_with(longitudinal=4.0), RECORD, origin=ORIGIN, campaign="new", group=1)
+    written = json.loads(path.read_text())
+    assert written["version"] == 3 and Ledger(path).total() == 7
+    assert [k.split(":")[1] for k in written["permanent"]] == ["14"]  # b = 2, c = 4
 
 
 _WRITER = """

@@ -90,6 +90,7 @@ def test_every_hostile_plan_is_refused_naming_its_field(vectors):
         assert item["field"] in str(info.value), (item["case"], str(info.value))
 
 
+@pytest.mark.filterwarnings("ignore::dpmarginals.protocol.device.ValueSubstituted")
 def test_every_device_scenario_has_its_outcomes(vectors):
     for scenario in vectors["devices"]:
         phone = Device(None, clock=lambda: 1.8e9, **scenario["caps"])

@@ -7,8 +7,10 @@
 //      already reported gives back its stored report (no charge, no draw);
 //   3. one phase per collection (X, X.phase2, ...), chained by params.earlier_hashes;
 //   4. the group: the one kept for this plan, else the server's, else uniform;
-//   5. the charge (memoized: what the report adds to min(sum, longitudinal epsilon))
-//      against maxTotalEpsilon and the period cap;
+//   5. the charge (memoized: what the report adds to its family's min(sum, R x longitudinal
+//      epsilon), R the permanent responses the family can hold: its values and the
+//      substitute) against maxTotalEpsilon and the period cap.  It reads the family, never
+//      the value: a refusal (which the server sees) cannot tell whether the value changed;
 //   6. the randomization (crypto.getRandomValues only); a value the plan's domain cannot
 //      encode is reported as a uniformly random value of the group's attributes, charged
 //      as any report (onWarning tells the app, locally): a refusal would tell the server
@@ -83,6 +85,17 @@ export async function family(plan: Plan, group: number, origin: string): Promise
     body["attribute_oracles"] = spec.attributes.map((a) => names[plan.domain.index(a)]);
   }
   return (await sha256Hex(canonical(body))).slice(0, 32);
+}
+
+const MAX_RESPONSES = 2 ** 53 - 1;
+
+/** R: how many permanent responses `group`'s family can ever hold, one per value of its
+ *  attributes and the substitute's (null beyond 2^53 - 1, a count JSON numbers do not keep:
+ *  such a family's reports are charged in full). */
+export function familyResponses(plan: Plan, group: number): number | null {
+  const count = plan.groups[group]!.attributes
+    .reduce((a, name) => a * BigInt(plan.domain.size(name)), 1n) + 1n;
+  return count <= BigInt(MAX_RESPONSES) ? Number(count) : null;
 }
 
 /** One integer per distinct input: the cell, or em's values in mixed radix. */
@@ -221,19 +234,17 @@ export class Device {
     return report;
   }
 
-  /** The group's input from the record, or null (told to onWarning when `warn`) when the
-   *  plan's domain cannot encode one of its values: the report then carries a random one. */
-  private inputOf(plan: Plan, g: number, record: unknown, warn: boolean): Input | null {
+  /** The group's input from the record, or null (told to onWarning) when the plan's domain
+   *  cannot encode one of its values: the report then carries a random one. */
+  private inputOf(plan: Plan, g: number, record: unknown): Input | null {
     const spec = plan.groups[g]!;
     let row: number[];
     try {
       row = recordRow(plan.domain, record, spec.attributes);
     } catch (e) {
       if (!(e instanceof RecordValueError)) throw e;
-      if (warn) {
-        this.warn(`${e.message}: reported as a uniformly random value of `
-                  + `${pyr(spec.attributes)} (plan ${plan.hash.slice(0, 12)})`);
-      }
+      this.warn(`${e.message}: reported as a uniformly random value of `
+                + `${pyr(spec.attributes)} (plan ${plan.hash.slice(0, 12)})`);
       return null;
     }
     return groupFormat(plan, g).encode(spec.attributes.map((a) => row[plan.domain.index(a)]!));
@@ -252,14 +263,19 @@ export class Device {
   }
 
   /** Raise BudgetExceeded unless the caps can pay for a report to `origin` in `group`
-   *  (null: any group, at the worst case, the plan's epsilon).  Nothing is drawn. */
-  async checkCharge(plan: Plan, record: unknown, group: number | null, origin: string): Promise<void> {
-    if (group === null || plan.longitudinal === null) {
-      this.checkCaps(fromNumber(plan.epsilon));
-      return;
-    }
-    const input = this.inputOf(plan, group, record, false);
-    this.checkCaps(this.ledger.charge(await this.memoKey(plan, group, input, origin), plan.epsilon));
+   *  (null: any group, at the worst case, the plan's epsilon).  Nothing is drawn, and no
+   *  record is needed: the charge never depends on the value. */
+  async checkCharge(plan: Plan, group: number | null, origin: string): Promise<void> {
+    this.checkCaps(group === null ? fromNumber(plan.epsilon) : await this.charge(plan, group, origin));
+  }
+
+  /** What a report in `group` to `origin` adds to the device's spending: its epsilon, or
+   *  for a memoized plan what it adds to its family's cost (step 5). */
+  private async charge(plan: Plan, group: number, origin: string): Promise<Rational> {
+    if (plan.longitudinal === null) return fromNumber(plan.epsilon);
+    const responses = familyResponses(plan, group);
+    const cap = responses === null ? null : mul(rat(BigInt(responses)), fromNumber(plan.longitudinal));
+    return this.ledger.charge(await family(plan, group, origin), plan.epsilon, cap);
   }
 
   // -- one report --------------------------------------------------------------------------
@@ -309,10 +325,10 @@ export class Device {
       g = new WordDraws(new SecureWords()).uniform(plan.m);
     }
     const fmt = groupFormat(plan, g);
-    const input = this.inputOf(plan, g, record, true);
+    const input = this.inputOf(plan, g, record);
     const memo = await this.memoKey(plan, g, input, origin);
-    this.checkCaps(this.ledger.charge(memo, plan.epsilon));
-    let keptResponse: [string, Json, number] | null = null;
+    this.checkCaps(await this.charge(plan, g, origin));
+    let keptResponse: [string, Json, number, number | null] | null = null;
     let payload: Payload;
     // a substitute is drawn only when it is used
     const value = (draws: WordDraws): Input => input ?? this.randomInput(plan, g, fmt, draws);
@@ -328,7 +344,7 @@ export class Device {
       const draws = new WordDraws(new SecureWords());
       if (response === null) response = fmt.permanent!(draws, value(draws)) as Json;
       payload = fmt.instantaneous!(draws, response as Payload);
-      keptResponse = [memo, response, plan.longitudinal!];
+      keptResponse = [memo, response, plan.longitudinal!, familyResponses(plan, g)];
     }
     const report: Report = { version: REPORT_VERSION, plan_hash: plan.hash, group: g, payload,
                              report_id: randomHex(16) };

@@ -290,7 +290,7 @@ export class ServiceClient {
       return report as Report;
     }
     const kept = device.ledger.groupOf(plan.hash);
-    await device.checkCharge(plan, record, kept, where.origin); // before asking for an assignment
+    await device.checkCharge(plan, kept, where.origin); // before asking for an assignment
     const assigned = await this.assignment(); // its ticket goes with the report
     const group = assign === "server" && kept === null ? assigned : null;
     const report = await device.report(plan, record, { ...where, group });

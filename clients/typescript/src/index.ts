@@ -3,7 +3,7 @@
 // crypto.getRandomValues only; plans checked before any draw; a ledger that enforces the
 // device's own caps whatever the server sends.
 export { checkPlan, deviceCap, longitudinalFloor, parsePlan, EPSILON_CEILING } from "./checks.js";
-export { Device, DAY, MIN_LONGITUDINAL_RATIO, family, type DeviceCaps, type Report } from "./device.js";
+export { Device, DAY, MIN_LONGITUDINAL_RATIO, family, familyResponses, type DeviceCaps, type Report } from "./device.js";
 export {
   BudgetExceeded, DPMarginalsError, LedgerError, PlanRefused, RecordValueError, ServiceError,
 } from "./errors.js";

@@ -4,14 +4,29 @@
 // (charges, summed as exact rationals of the float budgets).  A store that cannot be read
 // or parsed is an error naming it: the ledger is never reset silently.
 import { DPMarginalsError, LedgerError, PlanRefused } from "./errors.js";
-import { type Rational, ZERO, add, fromNumber, minR, sub } from "./exact.js";
+import { type Rational, ZERO, add, fromNumber, minR, mul, rat, sub } from "./exact.js";
 import { type Json, type JsonObject, floatAt, isInt, isObject, parseJson, stringify } from "./json.js";
 import { pyr } from "./pyformat.js";
 
 export const LEDGER_FORMAT = "dpmarginals.ledger";
-export const LEDGER_VERSION = 2;
+export const LEDGER_VERSION = 3;
 const REPORT_KEYS = ["group", "payload", "plan_hash", "report_id", "version"];
 const PHASE = /^(.+)\.phase([0-9]+)$/;
+
+/** The family a permanent response's key (`family:value`) belongs to. */
+export function familyOf(permanent: string): string {
+  return permanent.slice(0, permanent.lastIndexOf(":"));
+}
+
+/** A version-2 ledger (charges per value) as version 3: each report charged in full (what
+ *  it cost under any rule), the permanent responses (the user's values) forgotten. */
+function upgrade(data: Json): void {
+  if (isObject(data) && data["version"] === 2 && Array.isArray(data["charges"])) {
+    data["version"] = LEDGER_VERSION;
+    data["permanent"] = {};
+    for (const event of data["charges"]) if (isObject(event)) event["permanent"] = null;
+  }
+}
 
 /** Where a ledger lives.  `write` must replace the whole document atomically; `lock`
  *  (optional) makes a check-then-charge exclusive across processes, tabs and workers. */
@@ -130,7 +145,8 @@ interface Data {
   version: number;
   campaigns: Record<string, CampaignEntry>;
   groups: Record<string, number>;
-  permanent: Record<string, { response: Json; longitudinal: number }>;
+  /** responses: R, how many permanent responses the family can hold (null: charged in full) */
+  permanent: Record<string, { response: Json; longitudinal: number; responses: number | null }>;
   charges: { time: number; campaign: string; epsilon: number; permanent: string | null }[];
 }
 
@@ -187,6 +203,7 @@ export class Ledger {
     } catch (exc) {
       throw this.corrupt(`not JSON: ${(exc as Error).message}`);
     }
+    upgrade(data);
     this.validate(data);
     this.data = data as unknown as Data;
   }
@@ -208,8 +225,8 @@ export class Ledger {
   private validate(data: Json): void {
     if (!isObject(data) || data["format"] !== LEDGER_FORMAT) throw this.corrupt(`not a ${LEDGER_FORMAT} object`);
     if (data["version"] !== LEDGER_VERSION) {
-      throw this.corrupt(`version ${pyr(data["version"] ?? null)} is not ${LEDGER_VERSION}; this `
-                         + "dpmarginals keeps permanent responses, not payloads");
+      throw this.corrupt(`version ${pyr(data["version"] ?? null)} is not one this dpmarginals `
+                         + `reads (2 or ${LEDGER_VERSION})`);
     }
     const { campaigns, groups, permanent, charges } = data;
     if (!(isObject(campaigns) && isObject(groups) && isObject(permanent) && Array.isArray(charges))) {
@@ -233,6 +250,11 @@ export class Ledger {
       const memo = permanent[key];
       if (!(isObject(memo) && "response" in memo)) throw this.corrupt(`permanent response ${pyr(key)} is malformed`);
       this.number(memo, "longitudinal", `permanent[${pyr(key)}].longitudinal`);
+      const responses = "responses" in memo ? memo["responses"] : "missing";
+      if (!(responses === null || (isInt(memo, "responses") && Number(responses) >= 1))) {
+        throw this.corrupt(`permanent[${pyr(key)}].responses must be a count >= 1 or null, `
+                           + `got ${pyr(responses, floatAt(memo, "responses"))}`);
+      }
     }
     charges.forEach((event, i) => {
       if (!(isObject(event) && typeof event["campaign"] === "string"
@@ -262,16 +284,24 @@ export class Ledger {
   }
 
   // -- what was spent --------------------------------------------------------------------
+  /** What all reports of `permanent`'s family may cost together (null: each is charged in
+   *  full): R x its longitudinal epsilon. */
+  private familyCap(permanent: string | null): Rational | null {
+    const memo = permanent === null ? undefined : this.data.permanent[permanent];
+    if (memo === undefined || memo.responses === null) return null;
+    return mul(rat(BigInt(memo.responses)), fromNumber(Number(memo.longitudinal)));
+  }
+
   /** (time, charge) of every report event, in the order they were made. */
   private eventCharges(): [number, Rational][] {
     const used = new Map<string, Rational>();
     return this.data.charges.map((event) => {
       const eps = fromNumber(Number(event.epsilon));
       const memo = event.permanent ?? null;
-      if (memo === null) return [Number(event.time), eps];
-      const cap = fromNumber(Number(this.data.permanent[memo]!.longitudinal));
-      const before = used.get(memo) ?? ZERO;
-      used.set(memo, add(before, eps));
+      const cap = this.familyCap(memo);
+      if (memo === null || cap === null) return [Number(event.time), eps];
+      const before = used.get(familyOf(memo)) ?? ZERO;
+      used.set(familyOf(memo), add(before, eps));
       return [Number(event.time), sub(minR(add(before, eps), cap), minR(before, cap))];
     });
   }
@@ -286,17 +316,19 @@ export class Ledger {
     return this.eventCharges().reduce((a, [t, c]) => (t > since ? add(a, c) : a), ZERO);
   }
 
-  /** What a report at per-report `epsilon` would add now, from the permanent response
-   *  `permanent` (null: not memoized). */
-  charge(permanent: string | null, epsilon: number): Rational {
+  /** What a report at per-report `epsilon` would add now to what its `family`'s reports
+   *  cost (null: not memoized), whose reports may cost `cap` together (null: charged in
+   *  full).  The value is not an argument: the charge cannot depend on it. */
+  charge(family: string | null, epsilon: number, cap: Rational | null = null): Rational {
     const eps = fromNumber(epsilon);
-    const memo = permanent === null ? undefined : this.data.permanent[permanent];
-    if (memo === undefined) return eps;
-    const cap = fromNumber(Number(memo.longitudinal));
-    const before = this.data.charges.filter((e) => e.permanent === permanent)
+    if (family === null || cap === null) return eps;
+    const before = this.data.charges
+      .filter((e) => e.permanent !== null && e.permanent !== undefined
+              && familyOf(e.permanent) === family && this.familyCap(e.permanent) !== null)
       .reduce((a, e) => add(a, fromNumber(Number(e.epsilon))), ZERO);
     return sub(minR(add(before, eps), cap), minR(before, cap));
   }
+
 
   // -- campaigns ---------------------------------------------------------------------------
   campaign(key: string): CampaignEntry | null {
@@ -343,7 +375,7 @@ export class Ledger {
   /** Store `report` as campaign `key`'s one report and charge it, in one atomic write,
    *  before the report leaves the device. */
   async record(key: string, report: JsonObject, epsilon: number,
-               permanent: [string, Json, number] | null): Promise<void> {
+               permanent: [string, Json, number, number | null] | null): Promise<void> {
     const entry = this.data.campaigns[key];
     if (entry === undefined || (entry.report !== null && entry.report !== undefined)) {
       throw new DPMarginalsError(`campaign ${pyr(key)} is not pinned, or already reported`);
@@ -360,10 +392,10 @@ export class Ledger {
                          charges: [...this.data.charges] };
     let memo: string | null = null;
     if (permanent !== null) {
-      const [memoKey, response, longitudinal] = permanent;
+      const [memoKey, response, longitudinal, responses] = permanent;
       memo = memoKey;
       if (!(memoKey in data.permanent)) {
-        data.permanent = { ...data.permanent, [memoKey]: { response, longitudinal } };
+        data.permanent = { ...data.permanent, [memoKey]: { response, longitudinal, responses } };
       }
     }
     data.charges.push({ time: this.clock(), campaign: key, epsilon, permanent: memo });

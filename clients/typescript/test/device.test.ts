@@ -275,17 +275,44 @@ test("a later phase with its earlier hashes stripped is refused", async () => {
 });
 
 // -- memoization: no linkage, and what it costs -------------------------------------------
-test("reports of an unchanged value differ and cost at most the longitudinal epsilon", async () => {
+test("reports of an unchanged value differ; a family costs at most R x longitudinal", async () => {
   const plan = await planWith({ longitudinal: 4.0 });
   const phone = await device(1.0, 100.0);
   const payloads = new Set<string>();
   for (let i = 0; i < 20; i++) payloads.add(stringify((await phone.report(plan, RECORD, where(`day${i}`, 1))).payload));
   assert.ok(payloads.size >= 15, `${payloads.size}`);
-  assert.equal(total(phone), 4);
-  await phone.report(plan, { ...RECORD, c: 0 }, where("day20", 1)); // a new permanent response
-  await phone.report(plan, RECORD, where("day21", 1));
-  assert.equal(total(phone), 5);
-  assert.equal(Object.keys(phone.ledger.document()["permanent"] as object).length, 2);
+  assert.equal(total(phone), 20);
+  // group 1 (b, c): 15 values and the substitute, R = 16: charged until 64, changed value or not
+  for (let i = 20; i < 70; i++) await phone.report(plan, { ...RECORD, c: i % 5 }, where(`day${i}`, 1));
+  assert.equal(total(phone), 64);
+  assert.equal(Object.keys(phone.ledger.document()["permanent"] as object).length, 5);
+});
+
+test("whether a memoized report is refused never depends on the value (every history of 6)", async () => {
+  // a server whose campaigns bring a device near its cap would learn from a refusal that
+  // the value changed, were an unchanged value's reports cheaper: the charge reads only the
+  // family, so all 3^6 histories (each age bin, or outside the domain) look alike
+  const plan = await sliced(20, 24, 4.0);
+  const outcomes = async (history: number[]): Promise<string> => {
+    const phone = await device(1.0, 4.5, { onWarning: () => {} });
+    const seen: string[] = [];
+    for (const [i, age] of history.entries()) {
+      try {
+        await phone.report(plan, { age }, where(`day${i}`));
+        seen.push(`report ${total(phone)}`);
+      } catch (e) {
+        if (!(e instanceof BudgetExceeded)) throw e;
+        seen.push(`refused ${total(phone)}`);
+      }
+    }
+    return seen.join(", ");
+  };
+  const expected = await outcomes(new Array(6).fill(21));
+  assert.equal(expected, "report 1, report 2, report 3, report 4, refused 4, refused 4");
+  for (let h = 0; h < 3 ** 6; h++) {
+    const history = Array.from({ length: 6 }, (_, j) => [21, 23, 80][Math.floor(h / 3 ** j) % 3]!);
+    assert.equal(await outcomes(history), expected, String(history));
+  }
 });
 
 test("unmemoized formats send no stable identifier", async () => {
@@ -362,11 +389,14 @@ test("domains sliced by the server learn nothing from whether a device reports",
     assert.deepEqual(await outcomes(80.0), first);
     assert.deepEqual(await outcomes(21.0), first);
   }
-  // memoized: one substitute per family, at most the longitudinal epsilon in all
+  // memoized: one substitute per family; the family (two ages and the substitute, R = 3)
+  // costs at most 3 x the longitudinal epsilon in all
   const phone = await device(1.0, 100.0, { onWarning: () => {}, minLongitudinalRatio: 2 });
   const plan = await sliced(20, 24, 2.0);
-  for (let c = 0; c < 5; c++) await phone.report(plan, { age: 80 + c }, where(`m${c}`));
-  assert.equal(total(phone), 2.0);
+  for (let c = 0; c < 8; c++) await phone.report(plan, { age: 80 + c }, where(`m${c}`));
+  assert.equal(total(phone), 6.0);
+  assert.deepEqual(Object.keys(phone.ledger.document()["permanent"] as object).map((k) => k.split(":")[1]),
+                   ["substitute"]);
 });
 
 test("labelled records: labels, raw numbers cut by bins, the catch-all", async () => {
@@ -397,7 +427,12 @@ test("a corrupt ledger is a clear error and is never reset", async () => {
                 /is corrupt .*restore it from a backup/, LedgerError);
   assert.ok((await store.read())!.endsWith("[}"));
   await store.write(stringify({ format: "dpmarginals.ledger", version: 1 }));
-  await refused(() => Device.open(store, { maxEpsilon: 1, maxTotalEpsilon: 3 }), "version 1 is not 2", LedgerError);
+  await refused(() => Device.open(store, { maxEpsilon: 1, maxTotalEpsilon: 3 }),
+                "version 1 is not one this dpmarginals reads", LedgerError);
+  await store.write(stringify({ format: "dpmarginals.ledger", version: 3, campaigns: {}, groups: {}, charges: [],
+                                permanent: { "f:1": { response: 1, longitudinal: 4.0 } } }));
+  await refused(() => Device.open(store, { maxEpsilon: 1, maxTotalEpsilon: 3 }),
+                "permanent['f:1'].responses must be a count", LedgerError);
   // a ledger changed by another writer between two reports: read again under the lock
   const good = new MemoryStore();
   const phone = await Device.open(good, { maxEpsilon: 1, maxTotalEpsilon: 3 });
@@ -407,6 +442,28 @@ test("a corrupt ledger is a clear error and is never reset", async () => {
   await good.write(stringify(doc));
   await refused(() => phone.report(planWith(), RECORD, where("y")), "charges[0].epsilon must be a number",
                 LedgerError);
+});
+
+test("a version-2 ledger is read with every report charged in full", async () => {
+  // the per-value rule's ledger: its reports charged their epsilon, its permanent responses
+  // (the user's values) forgotten, written as version 3 at the next report
+  const store = new MemoryStore();
+  const campaigns: Record<string, JsonObject> = {};
+  const charges: JsonObject[] = [];
+  for (let i = 0; i < 6; i++) {
+    campaigns[`https://x|c${i}`] = { plan_hash: "h", root: `c${i}`, report: null };
+    charges.push({ time: 1.0, campaign: `https://x|c${i}`, epsilon: 1.0, permanent: "fam:4" });
+  }
+  await store.write(stringify({ format: "dpmarginals.ledger", version: 2, groups: {}, campaigns, charges,
+                                permanent: { "fam:4": { response: [0, 1], longitudinal: 4.0 } } }));
+  const phone = await Device.open(store, { maxEpsilon: 1, maxTotalEpsilon: 7 });
+  assert.equal(total(phone), 6);
+  assert.deepEqual(phone.ledger.document()["permanent"], {});
+  await phone.report(await planWith({ longitudinal: 4.0 }), RECORD, where("new", 1));
+  const written = parseJson((await store.read())!) as JsonObject;
+  assert.equal(written["version"], 3);
+  assert.equal(total(phone), 7);
+  assert.deepEqual(Object.keys(written["permanent"] as object).map((k) => k.split(":")[1]), ["14"]);
 });
 
 test("a stored permanent response that is not a valid payload is refused before any draw", async () => {
@@ -499,10 +556,10 @@ test("no two servers see one permanent response", async () => {
     JSON.stringify((await phone.report(plan, RECORD, { origin, campaign, group: 1 })).payload);
   const same = new Set([await payload(ORIGIN, "w0"), await payload(ORIGIN, "w1"), await payload(ORIGIN, "w2")]);
   assert.equal(same.size, 1);
-  assert.equal(total(phone), 1);
+  assert.equal(total(phone), 3);
   const others: string[] = [];
   for (let i = 0; i < 8; i++) others.push(await payload(`https://other${i}.example`, "w0"));
-  assert.equal(total(phone), 9); // each server's family charged as its own
+  assert.equal(total(phone), 11); // each server's family charged as its own
   // each fresh 15-bit OUE response equals the first w.p. < 0.011: 4 of 8 w.p. < 1e-6
   assert.ok(others.filter((o) => same.has(o)).length <= 3);
 });

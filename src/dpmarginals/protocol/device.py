@@ -24,8 +24,10 @@ random, and a refusal is one line (:class:`~.ledger.PlanRefused`,
 4. the group: the one this device keeps for the plan, else the server's, else a uniform
    draw (OS entropy; checked against the caps at the worst case first);
 5. the charge -- the report's epsilon, or for a memoized plan what the report adds to its
-   permanent response's min(sum, longitudinal epsilon) -- against the total and the
-   period caps;
+   family's min(sum, R x longitudinal epsilon), R the permanent responses the family can
+   hold (its values and the substitute) -- against the total and the period caps.  It
+   reads the family, never the value: a refusal (which the server sees) cannot tell it
+   whether the value changed (:mod:`.ledger`);
 6. the randomization (OS entropy only): a memoized plan's permanent response is drawn
    once per (family, value) and kept; every report adds fresh instantaneous noise.  A value
    the plan's domain cannot encode (a label or number it does not list, a code out of
@@ -54,6 +56,7 @@ and each is charged: ``max_total_epsilon`` (and the period cap) is what bounds i
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import secrets
 import time
@@ -73,13 +76,14 @@ from .plan import Plan, canonical
 from .reports import PlanCodec, ReportError
 
 __all__ = ["DAY", "MIN_LONGITUDINAL_RATIO", "AssignmentIgnored", "Device", "RecordValueError",
-           "ValueSubstituted", "choose_group", "codec", "record_row"]
+           "ValueSubstituted", "choose_group", "codec", "family_responses", "record_row"]
 
 DAY = 86_400.0
 _SLACK = Fraction(1, 1 << 40)  # relative: sums of float budgets meet float caps
 #: The least longitudinal / per-report epsilon a device accepts unless its owner sets
 #: another: the service's default (docs/device-spec.md §4 tabulates what each ratio links).
 MIN_LONGITUDINAL_RATIO = 4.0
+_MAX_RESPONSES = 2**53 - 1
 _codecs: dict[str, PlanCodec] = {}
 
 
@@ -153,17 +157,16 @@ def record_row(plan: Plan, record: Mapping[str, Any] | Sequence[Any] | np.ndarra
 SUBSTITUTE = "substitute"
 
 
-def group_row(plan: Plan, record: Any, group: int, *, warn: bool = True) -> np.ndarray | None:
+def group_row(plan: Plan, record: Any, group: int) -> np.ndarray | None:
     """The record's row of codes for ``group``'s attributes, or None (with a local
     :class:`ValueSubstituted` warning) when one of them cannot be encoded: the report then
     carries a uniformly random value (:func:`random_row`), whatever the record held."""
     try:
         return record_row(plan, record, plan.groups[group].attributes)
     except RecordValueError as exc:
-        if warn:
-            warnings.warn(f"{exc}: reported as a uniformly random value of "
-                          f"{list(plan.groups[group].attributes)} (plan {plan.hash[:12]})",
-                          ValueSubstituted, stacklevel=4)
+        warnings.warn(f"{exc}: reported as a uniformly random value of "
+                      f"{list(plan.groups[group].attributes)} (plan {plan.hash[:12]})",
+                      ValueSubstituted, stacklevel=4)
         return None
 
 
@@ -191,6 +194,14 @@ def family(plan: Plan, group: int, origin: str) -> str:
         names = plan.params.get("attribute_oracles", [])
         body["attribute_oracles"] = [names[plan.domain.index(a)] for a in spec.attributes]
     return hashlib.sha256(canonical(body)).hexdigest()[:32]
+
+
+def family_responses(plan: Plan, group: int) -> int | None:
+    """R: how many permanent responses ``group``'s family can ever hold, one per value of its
+    attributes and the substitute's (None beyond 2^53 - 1, a count JSON numbers do not keep:
+    such a family's reports are charged in full)."""
+    count = math.prod(plan.domain.project(plan.groups[group].attributes).sizes) + 1
+    return count if count <= _MAX_RESPONSES else None
 
 
 def _value_key(inputs: np.ndarray, sizes: Sequence[int]) -> int:
@@ -295,16 +306,23 @@ class Device:
             report["ticket"] = entry["ticket"]
         return report
 
-    def check_charge(self, plan: Plan, record: Mapping[str, Any] | Sequence[Any] | np.ndarray,
-                     group: int | None, *, origin: str) -> None:
+    def check_charge(self, plan: Plan, group: int | None, *, origin: str) -> None:
         """Raise :class:`BudgetExceeded` unless the caps can pay for a report to ``origin``
         in ``group`` (None: any group, at the worst case, the plan's epsilon); nothing is
-        drawn."""
-        if group is None or plan.longitudinal is None:
+        drawn, and the record is not needed (the charge never depends on the value)."""
+        if group is None:
             self._check_caps(Fraction(plan.epsilon))
             return
-        row = group_row(plan, record, group, warn=False)
-        self._check_caps(self.ledger.charge(_memo_key(plan, group, row, origin), plan.epsilon))
+        self._check_caps(self._charge(plan, group, origin))
+
+    def _charge(self, plan: Plan, group: int, origin: str) -> Fraction:
+        """What a report in ``group`` to ``origin`` adds to the device's spending: its
+        epsilon, or for a memoized plan what it adds to its family's cost (step 5)."""
+        if plan.longitudinal is None:
+            return Fraction(plan.epsilon)
+        responses = family_responses(plan, group)
+        cap = None if responses is None else responses * Fraction(plan.longitudinal)
+        return self.ledger.charge(family(plan, group, origin), plan.epsilon, cap=cap)
 
     # -- one report ---------------------------------------------------------------------------
     def report(self, plan: Any, record: Mapping[str, Any] | Sequence[Any] | np.ndarray, *,
@@ -343,7 +361,7 @@ class Device:
         fmt = plan_codec.oracle(g)
         row = group_row(plan, record, g)
         memo = _memo_key(plan, g, row, origin)
-        self._check_caps(self.ledger.charge(memo, plan.epsilon))
+        self._check_caps(self._charge(plan, g, origin))
         src = SecureRandom()
         group_codec = plan_codec.groups[g]
 
@@ -365,7 +383,7 @@ class Device:
                     raise LedgerError(f"the ledger's permanent response {memo} is invalid: "
                                       f"{exc}") from None
             native = fmt.instantaneous(permanent, src)
-            kept_response = (memo, response, plan.longitudinal)
+            kept_response = (memo, response, plan.longitudinal, family_responses(plan, g))
         report = plan_codec.reports(g, native)[0]
         self.ledger.record(key, report, epsilon=plan.epsilon, permanent=kept_response)
         return report

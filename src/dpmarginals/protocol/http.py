@@ -270,7 +270,7 @@ class ServiceClient:
             self._deliver(stored)
             return {k: v for k, v in stored.items() if k != "ticket"}
         kept = device.ledger.group_of(plan.hash)
-        device.check_charge(plan, record, kept, origin=self.origin)  # before the assignment
+        device.check_charge(plan, kept, origin=self.origin)  # before the assignment
         assigned = self.assignment()  # its ticket is kept for the send
         group = assigned if assign == "server" and kept is None else None
         report = device.report(plan, record, origin=self.origin, campaign=self.campaign,

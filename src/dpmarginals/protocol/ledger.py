@@ -17,21 +17,28 @@ fsync, ``os.replace``, then the directory fsynced), under an exclusive lock:
   permanent response it came from, if any).
 
 **What is charged.**  A report that is not memoized costs its per-report epsilon.  The
-reports that noise one permanent response together cost min(the sum of their per-report
-epsilons, the longitudinal epsilon): each is eps-LDP, and all of them are a function of
-the one permanent response, which is longitudinal-epsilon-LDP (basic composition, and
-post-processing; RAPPOR §4).  A changed value is another permanent response: charged
-afresh.  The total of a device is the sum over its reports and permanent responses; its
-spending in a period, the part of that charged within the period.  Sums are exact
-rationals of the float budgets, so every client decides alike.
+reports of one *family* (docs/device-spec.md §4) together cost min(the sum of their
+per-report epsilons, R x the longitudinal epsilon), R the number of permanent responses the
+family can ever hold (one per value of its attributes, and the substitute's): each report is
+eps-LDP and a function of its value's permanent response, which is
+longitudinal-epsilon-LDP, so the reports of one value cost at most the longitudinal epsilon
+(basic composition and post-processing; RAPPOR §4) and those of at most R values at most R
+times it.  The charge reads the family, never the value: what the device spends, and so
+whether a cap refuses a report (which the server sees), is the same whatever values the user
+had.  (Charging each value's reports min(their sum, the longitudinal epsilon), the tighter
+sum for one history, would let a server whose campaigns bring a device near its cap learn
+from a refusal that the value changed.)  A family stored without R (a ledger written before
+this rule) is charged in full.  The total of a device is the sum of its reports' charges;
+its spending in a period, the part charged within the period.  Sums are exact rationals of
+the float budgets, so every client decides alike.
 
 A file that cannot be read or parsed is an error naming it: the ledger is never reset
 silently, since that would forget the budget already spent.  It holds the user's own
 values (the permanent responses' keys), so it belongs in the app's private storage.
 
 >>> ledger = Ledger(None)
->>> ledger.total(), ledger.charge(None, 1.0)
-(Fraction(0, 1), Fraction(1, 1))
+>>> ledger.total(), ledger.charge(None, 1.0), ledger.charge("f1", 1.0, cap=Fraction(1, 2))
+(Fraction(0, 1), Fraction(1, 1), Fraction(1, 2))
 """
 
 from __future__ import annotations
@@ -56,10 +63,10 @@ except ImportError:  # pragma: no cover - Windows: callers keep one process per 
     fcntl = None  # type: ignore[assignment]
 
 __all__ = ["LEDGER_FORMAT", "LEDGER_VERSION", "BudgetExceeded", "Ledger", "LedgerError",
-           "PlanRefused", "campaign_root"]
+           "PlanRefused", "campaign_root", "family_of"]
 
 LEDGER_FORMAT = "dpmarginals.ledger"
-LEDGER_VERSION = 2
+LEDGER_VERSION = 3
 _REPORT_KEYS = frozenset({"version", "plan_hash", "group", "payload", "report_id"})
 _PHASE = re.compile(r"^(?P<root>.+)\.phase(?P<phase>[0-9]+)$")
 
@@ -85,6 +92,15 @@ def campaign_root(campaign: str) -> str:
     """
     match = _PHASE.match(campaign)
     return match.group("root") if match and int(match.group("phase")) >= 2 else campaign
+
+
+def family_of(permanent: str) -> str:
+    """The family a permanent response's key (``family:value``) belongs to.
+
+    >>> family_of("3f2a:substitute")
+    '3f2a'
+    """
+    return permanent.rsplit(":", 1)[0]
 
 
 def _finite(value: object, field: str) -> float:
@@ -137,8 +153,20 @@ class Ledger:
             data = json.loads(text, parse_constant=_refuse_constant)
         except ValueError as exc:
             raise self._corrupt(f"not JSON: {exc}") from None
+        self._upgrade(data)
         self._validate(data)
         return data
+
+    @staticmethod
+    def _upgrade(data: dict[str, Any]) -> None:
+        """A version-2 ledger (charges per value) as version 3: each report charged in full
+        (what it cost under any rule), the permanent responses forgotten (module docstring)."""
+        if isinstance(data, dict) and data.get("version") == 2 and isinstance(
+                data.get("charges"), list):
+            data["version"], data["permanent"] = LEDGER_VERSION, {}
+            for event in data["charges"]:
+                if isinstance(event, dict):
+                    event["permanent"] = None
 
     def reload(self) -> None:
         """Read the file again (another process may have written it)."""
@@ -172,8 +200,8 @@ class Ledger:
         if not isinstance(data, dict) or data.get("format") != LEDGER_FORMAT:
             raise self._corrupt(f"not a {LEDGER_FORMAT} object")
         if data.get("version") != LEDGER_VERSION:
-            raise self._corrupt(f"version {data.get('version')!r} is not {LEDGER_VERSION}; "
-                                "this dpmarginals keeps permanent responses, not payloads")
+            raise self._corrupt(f"version {data.get('version')!r} is not one this dpmarginals "
+                                f"reads (2 or {LEDGER_VERSION})")
         campaigns, groups, permanent, charges = (data.get(k) for k in (
             "campaigns", "groups", "permanent", "charges"))
         if not (isinstance(campaigns, dict) and isinstance(groups, dict)
@@ -195,6 +223,10 @@ class Ledger:
             if not (isinstance(memo, dict) and "response" in memo):
                 raise self._corrupt(f"permanent response {key!r} is malformed")
             self._number(memo.get("longitudinal"), f"permanent[{key!r}].longitudinal")
+            responses = memo.get("responses", "missing")
+            if responses is not None and not (type(responses) is int and responses >= 1):
+                raise self._corrupt(f"permanent[{key!r}].responses must be a count >= 1 or "
+                                    f"null, got {responses!r}")
         for i, event in enumerate(charges):
             if not (isinstance(event, dict) and isinstance(event.get("campaign"), str)
                     and (event.get("permanent") is None or event["permanent"] in permanent)):
@@ -240,18 +272,26 @@ class Ledger:
         return json.loads(json.dumps(self._data))
 
     # -- what was spent --------------------------------------------------------------------
+    def _family_cap(self, permanent: str | None) -> Fraction | None:
+        """What all reports of ``permanent``'s family may cost together (None: each is
+        charged in full): R x its longitudinal epsilon (module docstring)."""
+        memo = None if permanent is None else self._data["permanent"].get(permanent)
+        if memo is None or memo["responses"] is None:
+            return None
+        return memo["responses"] * Fraction(memo["longitudinal"])
+
     def _event_charges(self) -> list[tuple[float, Fraction]]:
         """(time, charge) of every report event, in the order they were made."""
         used: dict[str, Fraction] = {}
         out = []
         for event in self._data["charges"]:
             eps, memo = Fraction(event["epsilon"]), event.get("permanent")
-            if memo is None:
+            cap = self._family_cap(memo)
+            if cap is None:
                 charge = eps
             else:
-                cap = Fraction(self._data["permanent"][memo]["longitudinal"])
-                before = used.get(memo, Fraction(0))
-                used[memo] = before + eps
+                before = used.get(family_of(memo), Fraction(0))
+                used[family_of(memo)] = before + eps
                 charge = min(before + eps, cap) - min(before, cap)
             out.append((float(event["time"]), charge))
         return out
@@ -272,16 +312,18 @@ class Ledger:
         return float(sum((c for (_, c), e in zip(charges, self._data["charges"], strict=True)
                           if e["campaign"] == campaign), Fraction(0)))
 
-    def charge(self, permanent: str | None, epsilon: float) -> Fraction:
-        """What a report at per-report ``epsilon`` would add now, from the permanent
-        response ``permanent`` (None: not memoized) (its longitudinal cap is known once it
-        exists; a new one is charged ``epsilon``, at most its own cap)."""
+    def charge(self, family: str | None, epsilon: float, *, cap: Fraction | None = None
+               ) -> Fraction:
+        """What a report at per-report ``epsilon`` would add now to what its ``family``'s
+        reports cost (None: not memoized), whose reports may cost ``cap`` together (None:
+        charged in full).  The value is not an argument: the charge cannot depend on it."""
         eps = Fraction(epsilon)
-        if permanent is None or permanent not in self._data["permanent"]:
+        if family is None or cap is None:
             return eps
-        cap = Fraction(self._data["permanent"][permanent]["longitudinal"])
         before = sum((Fraction(e["epsilon"]) for e in self._data["charges"]
-                      if e.get("permanent") == permanent), Fraction(0))
+                      if e.get("permanent") is not None
+                      and family_of(e["permanent"]) == family
+                      and self._family_cap(e["permanent"]) is not None), Fraction(0))
         return min(before + eps, cap) - min(before, cap)
 
     def keep_ticket(self, key: str, ticket: str) -> None:
@@ -331,10 +373,11 @@ class Ledger:
         self._write(data)
 
     def record(self, key: str, report: Mapping[str, Any], *, epsilon: float,
-               permanent: tuple[str, Any, float] | None = None) -> None:
+               permanent: tuple[str, Any, float, int | None] | None = None) -> None:
         """Store ``report`` as campaign ``key``'s one report and charge it, in one atomic
         write, before the report leaves the device.  ``permanent``: (key, response,
-        longitudinal epsilon) of the permanent response it noised (stored if new)."""
+        longitudinal epsilon, R) of the permanent response it noised (stored if new; R: how
+        many its family can hold, module docstring)."""
         entry = self._data["campaigns"].get(key)
         if entry is None or entry["report"] is not None:
             raise DPMarginalsError(f"campaign {key!r} is not pinned, or already reported")
@@ -346,9 +389,10 @@ class Ledger:
                                    f"not {group}")
         memo = None
         if permanent is not None:
-            memo, response, longitudinal = permanent
+            memo, response, longitudinal, responses = permanent
             data["permanent"].setdefault(memo, {"response": response,
-                                                "longitudinal": float(longitudinal)})
+                                                "longitudinal": float(longitudinal),
+                                                "responses": responses})
         data["campaigns"][key]["report"] = dict(report)
         data["charges"].append({"time": self.clock(), "campaign": key,
                                 "epsilon": float(epsilon), "permanent": memo})

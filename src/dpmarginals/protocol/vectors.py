@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+import warnings
 from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
@@ -44,7 +45,7 @@ from ..core.exact import WORD, exp_lower_bound, rational
 from ..oracles import OLH, make_oracle
 from ..oracles._base import binary_keep
 from ..oracles.memoized import memoized
-from .device import Device, codec
+from .device import Device, ValueSubstituted, codec
 from .formats import group_oracle, integer_strategy
 from .plan import GroupSpec, Plan
 from .samplers import WordStream, byte_sampler
@@ -307,6 +308,7 @@ def _devices(plans: dict[str, Plan]) -> list[dict[str, Any]]:
     changed = _served(memo, lambda b: b["params"].update(k=3))
     near = _served(memo, lambda b: b.update(longitudinal_epsilon=1.4))  # 2 x epsilon
     nearer = _served(memo, lambda b: b.update(longitudinal_epsilon=1.05))  # 1.5 x
+    even = _served(memo, lambda b: b.update(longitudinal_epsilon=0.7))  # 1 x: R x L = 4.2
     reminted = [_served(plans["grr"], lambda b, i=i: b["params"].update(nonce=i))
                 for i in range(4)]
     origin, other = "https://stats.example.org", "https://other.example"
@@ -316,10 +318,16 @@ def _devices(plans: dict[str, Plan]) -> list[dict[str, Any]]:
         ("a pinned campaign's plan changed", {"max_epsilon": 1.0, "max_total_epsilon": 10.0},
          [(origin, "flu", memo.to_dict(), [1, 2, 4], 0), (origin, "flu", changed, [1, 2, 4], 0),
           (other, "flu", changed, [1, 2, 4], 0)]),
-        ("an unchanged value costs at most the longitudinal epsilon",
-         {"max_epsilon": 1.0, "max_total_epsilon": 10.0},
-         [(origin, f"day{i}", memo.to_dict(), [1, 2, 4], 0) for i in range(6)]
-         + [(origin, "day6", memo.to_dict(), [0, 2, 4], 0)]),
+        ("an unchanged value is charged as a changed one (the refusals read no value)",
+         {"max_epsilon": 1.0, "max_total_epsilon": 3.0},
+         [(origin, f"day{i}", memo.to_dict(), [1, 2, 4], 1) for i in range(6)]),
+        ("a changed value is charged as an unchanged one",
+         {"max_epsilon": 1.0, "max_total_epsilon": 3.0},
+         [(origin, f"day{i}", memo.to_dict(), [1, 2, i % 5], 1) for i in range(6)]),
+        ("a family's reports cost at most R x longitudinal (c: 5 values + the substitute)",
+         {"max_epsilon": 1.0, "max_total_epsilon": 10.0, "min_longitudinal_ratio": 1.0},
+         [(origin, f"day{i}", even, [1, 2, [4, 4, 0, 9, 4, 1, 4, 3][i]], 1)
+          for i in range(8)]),
         ("a memoized plan below the device's floor (4 x epsilon unless its owner lowers it)",
          {"max_epsilon": 1.0, "max_total_epsilon": 10.0},
          [(origin, "near", near, [1, 2, 4], 0)]),
@@ -337,7 +345,9 @@ def _devices(plans: dict[str, Plan]) -> list[dict[str, Any]]:
         results = []
         for org, campaign, plan, record, group in steps:
             try:
-                phone.report(plan, record, origin=org, campaign=campaign, group=group)
+                with warnings.catch_warnings():  # a substituted value is a vector's case
+                    warnings.simplefilter("ignore", ValueSubstituted)
+                    phone.report(plan, record, origin=org, campaign=campaign, group=group)
                 outcome = "reported"
             except DPMarginalsError as exc:
                 outcome = type(exc).__name__
