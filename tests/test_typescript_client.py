@@ -3,6 +3,8 @@
 * Every plan the project's methods make (every report format; memoized where it can be;
   version 1 where it has no longitudinal epsilon) hashes alike in both languages, and
   both accept or refuse it alike.
+* Python and Node processes of one device share one ledger file without overspending (the
+  Python client also takes the Node client's lock folder).
 * ``serve --allow-origin``: CORS on the client endpoints for the given origins only; off by
   default; a malformed origin is one line and exit 2.
 * End to end in Debian's Chromium: a page on one origin loads the single-file bundle, takes
@@ -139,6 +141,45 @@ def test_every_plan_the_project_makes_hashes_and_checks_alike(built, tmp_path):
 
 
 # -- CORS: serve --allow-origin ----------------------------------------------------------
+_PY_CAPPED = """
+import sys
+from dpmarginals.core.domain import Domain
+from dpmarginals.protocol.device import Device
+from dpmarginals.protocol.ledger import BudgetExceeded
+from dpmarginals.protocol.plan import GroupSpec, Plan
+plan = Plan("calm", 0.01, Domain(("a", "b"), (2, 3)), (GroupSpec(("a", "b"), "grr", 0.01, 6),), {})
+phone = Device(sys.argv[1], max_epsilon=1.0, max_total_epsilon=0.05)
+for i in range(4):
+    try:
+        phone.report(plan, [1, 2], origin="https://x", campaign=sys.argv[2] + str(i))
+    except BudgetExceeded:
+        pass
+"""
+
+
+def test_python_and_node_processes_of_one_device_never_overspend(built, tmp_path):
+    """Four Python and four Node processes report under one ledger file at once, each up to
+    4 reports of one plan under a total cap of 5 reports (scripts/ledger-writer.ts, the same
+    plan): both clients take the lock folder, so exactly five reports are made (before, the
+    two locks differed and a helper's run made 101 under a cap of 100)."""
+    path = tmp_path / "ledger.json"
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    writer = built / "build" / "scripts" / "ledger-writer.js"
+    procs = []
+    for j in range(4):
+        procs.append(subprocess.Popen([sys.executable, "-c", _PY_CAPPED, str(path), f"py{j}-"],
+                                      env=env))
+        procs.append(subprocess.Popen(["node", str(writer), str(path), "capped", f"js{j}-"]))
+    assert all(p.wait(timeout=120) == 0 for p in procs)
+    doc = json.loads(path.read_text())
+    sent = [k for k, e in doc["campaigns"].items() if e["report"] is not None]
+    assert len(doc["charges"]) == len(sent) == 5
+    assert {k.split("|")[1][:2] for k in sent} <= {"py", "js"}
+    leftovers = sorted(p.name for p in tmp_path.iterdir()
+                       if p.name not in ("ledger.json", "ledger.json.lock"))
+    assert leftovers == []
+
+
 def _app(tmp_path: Path, origins: list[str]) -> Any:
     pytest.importorskip("fastapi")
     from fastapi.testclient import TestClient

@@ -44,10 +44,13 @@ values (the permanent responses' keys), so it belongs in the app's private stora
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
 import re
+import secrets
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -92,6 +95,103 @@ def campaign_root(campaign: str) -> str:
     """
     match = _PHASE.match(campaign)
     return match.group("root") if match and int(match.group("phase")) >= 2 else campaign
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def _folder_owner(folder: Path) -> str:
+    try:
+        return (folder / "pid").read_text(encoding="utf-8")
+    except OSError:
+        return ""
+
+
+def _folder_stale(folder: Path) -> tuple[str, bool]:
+    """What the lock folder's pid file holds, and whether its owner is gone (a folder
+    without a pid file: when it is older than a minute)."""
+    seen = _folder_owner(folder)
+    head = seen.split(" ")[0]
+    owner = int(head) if head.isdigit() else 0
+    if owner:
+        return seen, not _alive(owner)
+    try:
+        return seen, time.time() - folder.stat().st_mtime > 60
+    except OSError:
+        return seen, False
+
+
+@contextlib.contextmanager
+def _folder_lock(path: Path, where: str, timeout: float = 30.0) -> Iterator[None]:
+    """The TypeScript client's lock (``FileStore.lock``, clients/typescript/src/node.ts),
+    the same protocol: a folder ``<ledger>.lock-*`` made whole (its owner's pid and a
+    random token in ``pid``) and renamed to ``<ledger>.lockdir``, which is atomic and fails
+    while another holds it; a dead owner's folder is moved aside and removed (a live
+    one's never is: the waiter times out), one moved aside that turns out to be a live
+    holder's is put back, and a holder releases only its own."""
+    lock = path.with_name(path.name + ".lockdir")
+    me = f"{os.getpid()} {secrets.token_hex(8)}"
+    deadline = time.monotonic() + timeout
+
+    def made() -> Path:
+        folder = Path(tempfile.mkdtemp(prefix=f"{path.name}.lock-", dir=path.parent))
+        (folder / "pid").write_text(me, encoding="utf-8")
+        return folder
+
+    try:
+        mine = made()
+    except OSError as exc:
+        raise LedgerError(f"cannot lock {where}: {exc}") from None
+    try:
+        while True:
+            try:
+                os.rename(mine, lock)
+                break
+            except FileNotFoundError:  # swept as a stale one by another process
+                mine = made()
+                continue
+            except OSError as exc:
+                if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.EPERM):
+                    raise LedgerError(f"cannot lock {where}: {exc}") from None
+            seen, gone = _folder_stale(lock)
+            if gone:
+                aside = lock.with_name(f"{lock.name}.stale-{secrets.token_hex(6)}")
+                try:
+                    os.rename(lock, aside)
+                except OSError:
+                    continue
+                if _folder_owner(aside) == seen:
+                    shutil.rmtree(aside, ignore_errors=True)
+                else:  # another waiter broke it first and a live holder took the path
+                    with contextlib.suppress(OSError):
+                        os.rename(aside, lock)
+                continue
+            if time.monotonic() > deadline:
+                head = seen.split(" ")[0] or "?"
+                raise LedgerError(f"cannot lock {where}: {lock} is held by process {head}")
+            time.sleep(0.005 + secrets.randbelow(20) / 1000)
+    except BaseException:
+        shutil.rmtree(mine, ignore_errors=True)
+        raise
+    try:
+        for entry in path.parent.glob(f"{path.name}.lockdir.stale-*"):
+            shutil.rmtree(entry, ignore_errors=True)
+        for entry in path.parent.glob(f"{path.name}.lock-*"):  # killed before its rename
+            if _folder_stale(entry)[1]:
+                shutil.rmtree(entry, ignore_errors=True)
+        yield
+    finally:  # moved aside whole first: the lock's path is never an empty folder
+        if _folder_owner(lock) == me:
+            gone = lock.with_name(f"{lock.name}.stale-{secrets.token_hex(6)}")
+            os.rename(lock, gone)
+            shutil.rmtree(gone, ignore_errors=True)
 
 
 def family_of(permanent: str) -> str:
@@ -174,8 +274,11 @@ class Ledger:
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
-        """Hold the ledger's lock (a ``.lock`` file beside it) and read it afresh: a
-        check-then-charge inside is atomic against other processes of the device."""
+        """Hold the ledger's locks and read it afresh: a check-then-charge inside is atomic
+        against other processes of the device.  Two locks, POSIX only: an flock on a
+        ``.lock`` file beside it (Python processes; released by the kernel if the process
+        dies), then the TypeScript client's lock folder (:func:`_folder_lock`), so a
+        Python and a Node client may share one ledger file."""
         if self.path is None or fcntl is None:
             yield
             return
@@ -187,11 +290,12 @@ class Ledger:
         with handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:
-                for stale in self.path.parent.glob(f".{self.path.name}.*.tmp"):
-                    with contextlib.suppress(OSError):  # a writer killed mid-write left it
-                        stale.unlink()
-                self.reload()
-                yield
+                with _folder_lock(self.path, self._where()):
+                    for stale in self.path.parent.glob(f".{self.path.name}.*.tmp"):
+                        with contextlib.suppress(OSError):  # a writer killed mid-write
+                            stale.unlink()
+                    self.reload()
+                    yield
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
