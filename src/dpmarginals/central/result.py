@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.domain import Domain
-from ..core.errors import DPMarginalsError, describe_os_error
+from ..core.errors import DPMarginalsError
 from ..core.provenance import CENTRAL_UNIT, Provenance
 from ..core.table import MarginalTable
 from ..datasets.sparse import SparseRecords
@@ -228,13 +228,9 @@ class DPMarginalsResult:
     def save(self, path: str | Path) -> None:
         """Write :meth:`to_dict` as JSON with the digest of its content
         (:mod:`dpmarginals.synopsis.release_file`: an edit is detected on load)."""
-        from ..synopsis.release_file import sealed
+        from ..synopsis.release_file import save_sealed
 
-        try:
-            Path(path).write_text(json.dumps(sealed(self.to_dict())))
-        except OSError as exc:
-            raise DPMarginalsError(f"cannot write {str(path)!r}: "
-                                   f"{describe_os_error(exc, path)}") from None
+        save_sealed(self.to_dict(), path)
 
     @classmethod
     def from_dict(cls, spec: dict[str, Any]) -> DPMarginalsResult:

@@ -121,13 +121,9 @@ class Synopsis(ABC):
     def save(self, path: str | Path) -> None:
         """Write :meth:`to_dict` as JSON, with the digest of its content
         (:mod:`.release_file`: an edit is then detected on load)."""
-        from .release_file import sealed
+        from .release_file import save_sealed
 
-        try:
-            Path(path).write_text(json.dumps(sealed(self.to_dict())))
-        except OSError as exc:
-            raise DPMarginalsError(f"cannot write {str(path)!r}: "
-                                   f"{exc.strerror or exc}") from None
+        save_sealed(self.to_dict(), path)
 
     @staticmethod
     def load(path: str | Path) -> Synopsis:

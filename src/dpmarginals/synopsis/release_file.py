@@ -25,11 +25,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-from ..core.errors import DPMarginalsError
+from ..core.errors import DPMarginalsError, describe_os_error
 
 __all__ = ["DIGEST_FIELD", "FileFieldError", "check_digest", "check_privacy", "check_views",
            "content_digest", "field_error", "sealed"]
@@ -79,6 +81,16 @@ def sealed(body: Mapping[str, Any]) -> dict[str, Any]:
     parsed = json.loads(json.dumps(body))
     parsed[DIGEST_FIELD] = content_digest(parsed)
     return parsed
+
+
+def save_sealed(body: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
+    """Write ``body`` :func:`sealed` as JSON to ``path``: the one writer of release files
+    (a synopsis, a central result), an OS error as one line naming the file and why."""
+    try:
+        Path(path).write_text(json.dumps(sealed(body)))
+    except OSError as exc:
+        raise DPMarginalsError(f"cannot write {str(path)!r}: "
+                               f"{describe_os_error(exc, path)}") from None
 
 
 def check_digest(body: Mapping[str, Any], source: str) -> bool:
