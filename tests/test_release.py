@@ -119,6 +119,23 @@ def test_release_mark_survives_save_and_load(tmp_path):
 
 
 # -- 2. declared public domains with labels ------------------------------------------------
+@pytest.mark.parametrize("command", ["release", "central"])
+def test_an_out_that_cannot_be_written_is_refused_before_the_data_is_read(
+        files, tmp_path, command):
+    """A typo in --out (a missing folder, a folder) is one line before the data is even
+    read (here a data file that does not exist is never reached): a release that failed
+    to save would have spent its budget for nothing, and a second try composes with it."""
+    _, dom = files
+    gone = tmp_path / "no-such-data.csv"
+    args = {"release": ("release", gone, "--domain", dom, "--epsilon", 1),
+            "central": ("central", "--data", gone, "--max-k", 2, "--epsilon", 1,
+                        "--delta", 1e-6)}[command]
+    for out, why in ((tmp_path / "missing" / "r.json", "no such directory"),
+                     (tmp_path, "is a directory")):
+        proc = cli(*args, "--out", out)
+        one_error_line(proc, "--out", why)
+
+
 def test_release_without_a_domain_refuses_naming_the_flag(files, tmp_path):
     csv, _ = files
     proc = cli("release", csv, "--epsilon", 1, "--out", tmp_path / "r.json")

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from ..central.accounting import ACCOUNTANTS, check_delta
-from ..core.errors import DPMarginalsError, describe_os_error
+from ..core.errors import DPMarginalsError, check_writable, describe_os_error
 from .argtypes import epsilon as _epsilon
 from .argtypes import number_in, validated
 from .argtypes import open_fraction as _open_fraction
@@ -49,6 +49,8 @@ def _cmd_central(args: argparse.Namespace) -> int:
         from ..core.extras import require_extra
 
         require_extra("central", what="dpmarginals central (OpenDP's samplers)")
+    if args.out is not None:
+        check_writable(args.out)  # before any budget is spent
     start = time.perf_counter()
     records = resolve_data(args.data, args.data_home)
     t_read = time.perf_counter()

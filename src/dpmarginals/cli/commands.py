@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import __version__
 from ..central.accounting import check_delta
-from ..core.errors import DPMarginalsError
+from ..core.errors import DPMarginalsError, check_writable
 from ..synopsis.stderr import INTERACTION_DECAY, REPLICATES
 from .argtypes import OneLineParser, number_in, validated
 from .argtypes import epsilon as _epsilon
@@ -297,6 +297,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise DPMarginalsError(
             "run makes seeded simulations, not releases: `dpmarginals release` makes a private "
             "one; add --simulation to save this one, marked not private")
+    if args.out is not None:
+        check_writable(args.out)
     data = _load_data(args)
     method = make(args.method, **_method_params(args))
     queries = random_queries(data.domain, args.k, args.queries,
@@ -492,6 +494,7 @@ def _cmd_release(args: argparse.Namespace) -> int:
     if Path(args.out).resolve() in inputs:
         raise DPMarginalsError(f"--out {args.out!r} is one of the inputs; write the release "
                                "elsewhere")
+    check_writable(args.out)  # before any budget is spent
     _check_fit_limits(args)
     params = {key: getattr(args, key) for key in ("theta", "m", "l", "oracle", "inference",
                                                    "postprocess", *_CENTRAL_OPTIONS,

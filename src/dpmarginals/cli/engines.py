@@ -12,7 +12,7 @@ import argparse
 import json
 from typing import Any
 
-from ..core.errors import DPMarginalsError
+from ..core.errors import DPMarginalsError, check_writable
 from ..engines.base import ENGINES
 from .argtypes import positive_int as _positive_int
 from .spec import Command, add_command, arg
@@ -62,6 +62,8 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     else:
         campaign_dir = args.reports if remote else resolve_campaign(args.reports,
                                                                     args.campaign)
+    if args.out is not None:
+        check_writable(args.out)  # before the counting
     if args.plan is not None:
         plan = Plan.load(args.plan)
     else:

@@ -18,6 +18,27 @@ class DataNotFoundError(DPMarginalsError, FileNotFoundError):
     """A data set is not available locally and could not be downloaded."""
 
 
+def check_writable(path: str | os.PathLike[str], option: str = "--out") -> None:
+    """Raise :class:`DPMarginalsError` unless a file can be written at ``path``: its folder
+    exists and is writable, and ``path`` is not a folder.  Checked before a release spends
+    any budget, so a typo in ``--out`` loses no work and no privacy.
+
+    >>> check_writable("/no/r.json")
+    Traceback (most recent call last):
+    ...
+    dpmarginals.core.errors.DPMarginalsError: --out '/no/r.json': no such directory '/no'
+    """
+    target = Path(path)
+    parent = target.parent
+    if not parent.is_dir():
+        raise DPMarginalsError(f"{option} {str(path)!r}: no such directory {str(parent)!r}")
+    if target.is_dir():
+        raise DPMarginalsError(f"{option} {str(path)!r} is a directory; name a file in it")
+    if not os.access(parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise DPMarginalsError(f"{option} {str(path)!r}: permission denied (cannot write "
+                               f"{'it' if target.exists() else 'in ' + repr(str(parent))})")
+
+
 def describe_os_error(exc: OSError, path: str | os.PathLike[str] | None = None) -> str:
     """Why an OSError happened, as one readable phrase (for "cannot write PATH: ...").
 
