@@ -1,8 +1,10 @@
 // The device's privacy ledger (src/dpmarginals/protocol/ledger.py), the same JSON document
 // as the Python client's, on a pluggable store: what the device saw (campaigns pinned to
 // plans), reported (one report per campaign), memoized (permanent responses) and spent
-// (charges, summed as exact rationals of the float budgets).  A store that cannot be read
-// or parsed is an error naming it: the ledger is never reset silently.
+// (charges, summed as exact rationals of the float budgets; a memoized family's reports
+// cost together min(their sum, R x longitudinal epsilon), R its possible permanent
+// responses, so the charge never reads the value).  A store that cannot be read or parsed
+// is an error naming it: the ledger is never reset silently.
 import { DPMarginalsError, LedgerError, PlanRefused } from "./errors.js";
 import { type Rational, ZERO, add, fromNumber, minR, mul, rat, sub } from "./exact.js";
 import { type Json, type JsonObject, floatAt, isInt, isObject, parseJson, stringify } from "./json.js";

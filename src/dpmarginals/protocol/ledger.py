@@ -27,10 +27,13 @@ times it.  The charge reads the family, never the value: what the device spends,
 whether a cap refuses a report (which the server sees), is the same whatever values the user
 had.  (Charging each value's reports min(their sum, the longitudinal epsilon), the tighter
 sum for one history, would let a server whose campaigns bring a device near its cap learn
-from a refusal that the value changed.)  A family stored without R (a ledger written before
-this rule) is charged in full.  The total of a device is the sum of its reports' charges;
-its spending in a period, the part charged within the period.  Sums are exact rationals of
-the float budgets, so every client decides alike.
+from a refusal that the value changed.)  A family whose R exceeds 2^53 - 1 is stored
+without it (null) and charged in full.  A version-2 ledger (the per-value rule) is read as
+version 3 with every report charged in full and its permanent responses forgotten (their
+keys hold the user's values; a later report draws a new one, its family charged from zero
+beside the old reports' full charges).  The total of a device is the sum of its reports'
+charges; its spending in a period, the part charged within the period.  Sums are exact
+rationals of the float budgets, so every client decides alike.
 
 A file that cannot be read or parsed is an error naming it: the ledger is never reset
 silently, since that would forget the budget already spent.  It holds the user's own
