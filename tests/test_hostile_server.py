@@ -34,7 +34,14 @@ from dpmarginals.local.adaptive import Adaptive
 from dpmarginals.local.em import EM
 from dpmarginals.local.wfm import WFM
 from dpmarginals.protocol.checks import check_plan
-from dpmarginals.protocol.device import DAY, AssignmentIgnored, Device, ValueSubstituted
+from dpmarginals.protocol.device import (
+    DAY,
+    AssignmentIgnored,
+    Device,
+    RecordValueError,
+    ValueSubstituted,
+    record_row,
+)
 from dpmarginals.protocol.formats import (
     STRATEGY_TOTAL,
     StrategyMatrix,
@@ -375,6 +382,34 @@ def test_domains_sliced_by_the_server_learn_nothing_from_whether_a_device_report
             _sliced(20, 24), {"age": 80.0}, origin=ORIGIN, campaign="c")
 
 
+def test_warnings_as_errors_cannot_turn_a_substitution_into_a_refusal(caplog):
+    """An app running with warnings as errors (``python -W error``, strict test setups)
+    would make the substitution notice abort the report, and the server would see no
+    report exactly when the value lies outside its domain: the notice comes once the
+    report is made, and an error from it is logged instead of raised."""
+    device = Device(None, max_epsilon=1.0, max_total_epsilon=10.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        inside = device.report(_sliced(20, 24), {"age": 21.0}, origin=ORIGIN, campaign="a")
+        outside = device.report(_sliced(20, 24), {"age": 80.0}, origin=ORIGIN, campaign="b")
+    assert inside["group"] == outside["group"] == 0 and device.ledger.total() == 2
+    assert "value 80.0" in caplog.text and "reported as a uniformly random value" in caplog.text
+
+
+def test_pandas_numbers_and_integral_floats_are_the_users_values_not_substitutes():
+    """A pandas row gives numpy integers (np.int64 ages) and integer columns with gaps as
+    floats (1.0): they are the user's values, as in TypeScript, not values to replace at
+    random; an integer beyond the floats lies outside every bin (substituted)."""
+    dom = Domain.from_dict({"age": {"bins": [0, 18, 65, 120]}, "x": 3})
+    plan = Plan("calm", 1.0, dom, (GroupSpec(("age", "x"), "grr", 1.0, 9),), {"k": 2})
+    assert list(record_row(plan, {"age": np.int64(37), "x": 2.0}, ("age", "x"))) == [1, 2]
+    assert list(record_row(plan, {"age": np.float32(70.0), "x": np.int8(0)}, ("age", "x"))) \
+        == [2, 0]
+    for bad in ({"age": 10**400, "x": 1}, {"age": 37, "x": 1.5}, {"age": 37, "x": np.True_}):
+        with pytest.raises(RecordValueError):
+            record_row(plan, bad, ("age", "x"))
+
+
 def test_a_substituted_value_is_memoized_like_any_value():
     """Memoized plans keep one substitute per family: its permanent response is drawn once,
     and the family's reports cost at most R x the longitudinal epsilon, R = 3 the responses
@@ -624,8 +659,37 @@ def test_a_corrupt_ledger_is_a_clear_error_and_is_never_reset(tmp_path, draws):
     path.write_text(json.dumps({"format": "dpmarginals.ledger", "version": 3, "campaigns": {},
                                 "groups": {}, "charges": [],
                                 "permanent": {"f:1": {"response": 1, "longitudinal": 4.0}}}))
-    refused(lambda: Ledger(path), r"permanent\['f:1'\]\.responses must be a count", draws,
-            LedgerError)
+    bad_ledgers = [  # (what the file holds, what the one-line error names)
+        ({"permanent": {"f:1": {"response": 1, "longitudinal": 4.0}}},
+         r"permanent\['f:1'\]\.responses is missing"),
+        *[({"permanent": {"f:1": {"response": 1, "longitudinal": 4.0, "responses": r}}},
+           r"permanent\['f:1'\]\.responses must be a count in 2\.\.2\^53 - 1 or null")
+          for r in (0, 1, 1.5, True, "3", 2**53)],
+        ({"charges": [{"campaign": "c", "epsilon": 10**400, "time": 1.0, "permanent": None}]},
+         r"charges\[0\]\.epsilon must be a finite number"),
+        ({"version": 2, "charges": {}}, "'charges' a list"),
+    ]
+    for change, why in bad_ledgers:
+        body = {"format": "dpmarginals.ledger", "version": 3, "campaigns": {}, "groups": {},
+                "charges": [], "permanent": {}, **change}
+        path.write_text(json.dumps(body))
+        refused(lambda: Ledger(path), why, draws, LedgerError)
+
+
+def test_a_ledger_edited_against_its_plans_is_refused(draws):
+    """R and L belong to a family: a stored R that differs from its plan's (a hand edit)
+    is refused rather than charged by either; a kept group outside the plan, too, before
+    the check of the caps."""
+    phone = device(total=100.0)
+    plan = plan_with(longitudinal=4.0)
+    phone.report(plan, RECORD, origin=ORIGIN, campaign="a", group=1)
+    for memo in phone.ledger._data["permanent"].values():
+        memo["responses"] = 2
+    refused(lambda: phone.report(plan, RECORD, origin=ORIGIN, campaign="b", group=1),
+            "allows 8 for its family, whose plan allows 64", draws, LedgerError)
+    phone.ledger._data["groups"][plan.hash] = 7
+    refused(lambda: phone.check_charge(plan, 7, origin=ORIGIN),
+            "the ledger keeps group 7 for plan", draws, LedgerError)
 
 
 def test_a_version_2_ledger_is_read_with_every_report_charged_in_full(tmp_path):

@@ -13,7 +13,8 @@
 //      the value: a refusal (which the server sees) cannot tell whether the value changed;
 //   6. the randomization (crypto.getRandomValues only); a value the plan's domain cannot
 //      encode is reported as a uniformly random value of the group's attributes, charged
-//      as any report (onWarning tells the app, locally): a refusal would tell the server
+//      as any report (onWarning tells the app, locally, once the report is made; an
+//      onWarning that throws cannot take it back): a refusal would tell the server
 //      the value lies outside the domain it chose (memoized: one substitute per family);
 //   7. the report, its charge and any new permanent response, written to the ledger
 //      atomically before the report is returned.
@@ -23,7 +24,7 @@ import { BudgetExceeded, DPMarginalsError, LedgerError, RecordValueError, refuse
 import { type Rational, add, cmp, fromNumber, mul, rat, sub, toNumber } from "./exact.js";
 import { type Format, type Input, type Payload, groupFormat } from "./formats.js";
 import { type Json, type JsonObject, canonical } from "./json.js";
-import { Ledger, type LedgerStore, campaignRoot } from "./ledger.js";
+import { Ledger, type LedgerStore, MAX_RESPONSES, campaignRoot } from "./ledger.js";
 import type { Plan } from "./plan.js";
 import { PyFloat, pyFormatG, pyr } from "./pyformat.js";
 import { SecureWords, randomHex } from "./random.js";
@@ -86,8 +87,6 @@ export async function family(plan: Plan, group: number, origin: string): Promise
   }
   return (await sha256Hex(canonical(body))).slice(0, 32);
 }
-
-const MAX_RESPONSES = 2 ** 53 - 1;
 
 /** R: how many permanent responses `group`'s family can ever hold, one per value of its
  *  attributes and the substitute's (null beyond 2^53 - 1, a count JSON numbers do not keep:
@@ -234,20 +233,19 @@ export class Device {
     return report;
   }
 
-  /** The group's input from the record, or null (told to onWarning) when the plan's domain
+  /** The group's input from the record and null, or null and why when the plan's domain
    *  cannot encode one of its values: the report then carries a random one. */
-  private inputOf(plan: Plan, g: number, record: unknown): Input | null {
+  private inputOf(plan: Plan, g: number, record: unknown): [Input | null, string | null] {
     const spec = plan.groups[g]!;
     let row: number[];
     try {
       row = recordRow(plan.domain, record, spec.attributes);
     } catch (e) {
       if (!(e instanceof RecordValueError)) throw e;
-      this.warn(`${e.message}: reported as a uniformly random value of `
-                + `${pyr(spec.attributes)} (plan ${plan.hash.slice(0, 12)})`);
-      return null;
+      return [null, `${e.message}: reported as a uniformly random value of `
+                    + `${pyr(spec.attributes)} (plan ${plan.hash.slice(0, 12)})`];
     }
-    return groupFormat(plan, g).encode(spec.attributes.map((a) => row[plan.domain.index(a)]!));
+    return [groupFormat(plan, g).encode(spec.attributes.map((a) => row[plan.domain.index(a)]!)), null];
   }
 
   /** A uniformly random input of the group (OS entropy): a substitute. */
@@ -266,6 +264,10 @@ export class Device {
    *  (null: any group, at the worst case, the plan's epsilon).  Nothing is drawn, and no
    *  record is needed: the charge never depends on the value. */
   async checkCharge(plan: Plan, group: number | null, origin: string): Promise<void> {
+    if (group !== null && !(group >= 0 && group < plan.m)) {
+      throw new LedgerError(`the ledger keeps group ${group} for plan ${plan.hash.slice(0, 12)}, `
+                            + `which has ${plan.m} groups`);
+    }
     this.checkCaps(group === null ? fromNumber(plan.epsilon) : await this.charge(plan, group, origin));
   }
 
@@ -325,7 +327,7 @@ export class Device {
       g = new WordDraws(new SecureWords()).uniform(plan.m);
     }
     const fmt = groupFormat(plan, g);
-    const input = this.inputOf(plan, g, record);
+    const [input, substituted] = this.inputOf(plan, g, record);
     const memo = await this.memoKey(plan, g, input, origin);
     this.checkCaps(await this.charge(plan, g, origin));
     let keptResponse: [string, Json, number, number | null] | null = null;
@@ -349,6 +351,9 @@ export class Device {
     const report: Report = { version: REPORT_VERSION, plan_hash: plan.hash, group: g, payload,
                              report_id: randomHex(16) };
     await this.ledger.record(key, report as unknown as JsonObject, plan.epsilon, keptResponse);
+    if (substituted !== null) { // told once the report is made: onWarning cannot take it back
+      try { this.warn(substituted); } catch { /* no report would tell the server more */ }
+    }
     return report;
   }
 

@@ -6,9 +6,9 @@
 // responses, so the charge never reads the value).  A store that cannot be read or parsed
 // is an error naming it: the ledger is never reset silently.
 import { DPMarginalsError, LedgerError, PlanRefused } from "./errors.js";
-import { type Rational, ZERO, add, fromNumber, minR, mul, rat, sub } from "./exact.js";
+import { type Rational, ZERO, add, cmp, fromNumber, minR, mul, rat, sub, toNumber } from "./exact.js";
 import { type Json, type JsonObject, floatAt, isInt, isObject, parseJson, stringify } from "./json.js";
-import { pyr } from "./pyformat.js";
+import { pyFormatG, pyr } from "./pyformat.js";
 
 export const LEDGER_FORMAT = "dpmarginals.ledger";
 export const LEDGER_VERSION = 3;
@@ -23,12 +23,19 @@ export function familyOf(permanent: string): string {
 /** A version-2 ledger (charges per value) as version 3: each report charged in full (what
  *  it cost under any rule), the permanent responses (the user's values) forgotten. */
 function upgrade(data: Json): void {
-  if (isObject(data) && data["version"] === 2 && Array.isArray(data["charges"])) {
+  if (isObject(data) && data["version"] === 2) {
     data["version"] = LEDGER_VERSION;
-    data["permanent"] = {};
-    for (const event of data["charges"]) if (isObject(event)) event["permanent"] = null;
+    if (isObject(data["permanent"])) data["permanent"] = {};
+    const charges = data["charges"];
+    if (Array.isArray(charges)) for (const event of charges) if (isObject(event)) event["permanent"] = null;
   }
 }
+
+/** The most permanent responses a family may hold (beyond it: stored as null, charged in
+ *  full): JSON numbers keep integers exactly up to here in every language. */
+export const MAX_RESPONSES = 2 ** 53 - 1;
+
+const own = (o: object, key: string): boolean => Object.prototype.hasOwnProperty.call(o, key);
 
 /** Where a ledger lives.  `write` must replace the whole document atomically; `lock`
  *  (optional) makes a check-then-charge exclusive across processes, tabs and workers. */
@@ -252,16 +259,18 @@ export class Ledger {
       const memo = permanent[key];
       if (!(isObject(memo) && "response" in memo)) throw this.corrupt(`permanent response ${pyr(key)} is malformed`);
       this.number(memo, "longitudinal", `permanent[${pyr(key)}].longitudinal`);
-      const responses = "responses" in memo ? memo["responses"] : "missing";
-      if (!(responses === null || (isInt(memo, "responses") && Number(responses) >= 1))) {
-        throw this.corrupt(`permanent[${pyr(key)}].responses must be a count >= 1 or null, `
+      if (!own(memo, "responses")) throw this.corrupt(`permanent[${pyr(key)}].responses is missing`);
+      const responses = memo["responses"];
+      if (!(responses === null
+            || (isInt(memo, "responses") && Number(responses) >= 2 && Number(responses) <= MAX_RESPONSES))) {
+        throw this.corrupt(`permanent[${pyr(key)}].responses must be a count in 2..2^53 - 1 or null, `
                            + `got ${pyr(responses, floatAt(memo, "responses"))}`);
       }
     }
     charges.forEach((event, i) => {
       if (!(isObject(event) && typeof event["campaign"] === "string"
             && (event["permanent"] === null || event["permanent"] === undefined
-                || (typeof event["permanent"] === "string" && event["permanent"] in permanent)))) {
+                || (typeof event["permanent"] === "string" && own(permanent, event["permanent"]))))) {
         throw this.corrupt(`charges[${i}] is malformed`);
       }
       this.number(event, "epsilon", `charges[${i}].epsilon`);
@@ -324,10 +333,16 @@ export class Ledger {
   charge(family: string | null, epsilon: number, cap: Rational | null = null): Rational {
     const eps = fromNumber(epsilon);
     if (family === null || cap === null) return eps;
-    const before = this.data.charges
-      .filter((e) => e.permanent !== null && e.permanent !== undefined
-              && familyOf(e.permanent) === family && this.familyCap(e.permanent) !== null)
-      .reduce((a, e) => add(a, fromNumber(Number(e.epsilon))), ZERO);
+    let before = ZERO;
+    for (const e of this.data.charges) {
+      if (e.permanent === null || e.permanent === undefined || familyOf(e.permanent) !== family) continue;
+      const stored = this.familyCap(e.permanent);
+      if (stored !== null && cmp(stored, cap) !== 0) { // R and L are the family's: an edit
+        throw this.corrupt(`permanent[${pyr(e.permanent)}] allows ${pyFormatG(toNumber(stored))} for its `
+                           + `family, whose plan allows ${pyFormatG(toNumber(cap))}`);
+      }
+      if (stored !== null) before = add(before, fromNumber(Number(e.epsilon)));
+    }
     return sub(minR(add(before, eps), cap), minR(before, cap));
   }
 

@@ -399,6 +399,15 @@ test("domains sliced by the server learn nothing from whether a device reports",
                    ["substitute"]);
 });
 
+test("an onWarning that throws cannot turn a substitution into a refusal", async () => {
+  // no report exactly when the value lies outside the server's domain would tell it so
+  const phone = await device(1.0, 10.0, { onWarning: (m) => { throw new Error(m); } });
+  await phone.report(await sliced(20, 24, null), { age: 21 }, where("a"));
+  const outside = await phone.report(await sliced(20, 24, null), { age: 80 }, where("b"));
+  assert.equal(outside.group, 0);
+  assert.equal(total(phone), 2);
+});
+
 test("labelled records: labels, raw numbers cut by bins, the catch-all", async () => {
   const body = await served({
     format: "dpmarginals.plan", version: 2, method: "calm", epsilon: 1.0, longitudinal_epsilon: null,
@@ -432,7 +441,22 @@ test("a corrupt ledger is a clear error and is never reset", async () => {
   await store.write(stringify({ format: "dpmarginals.ledger", version: 3, campaigns: {}, groups: {}, charges: [],
                                 permanent: { "f:1": { response: 1, longitudinal: 4.0 } } }));
   await refused(() => Device.open(store, { maxEpsilon: 1, maxTotalEpsilon: 3 }),
-                "permanent['f:1'].responses must be a count", LedgerError);
+                "permanent['f:1'].responses is missing", LedgerError);
+  for (const responses of [0, 1, 1.5, true, "3", 2 ** 53]) {
+    await store.write(stringify({ format: "dpmarginals.ledger", version: 3, campaigns: {}, groups: {}, charges: [],
+                                  permanent: { "f:1": { response: 1, longitudinal: 4.0, responses } } }));
+    await refused(() => Device.open(store, { maxEpsilon: 1, maxTotalEpsilon: 3 }),
+                  "permanent['f:1'].responses must be a count in 2..2^53 - 1 or null", LedgerError);
+  }
+  for (const key of ["constructor", "toString", "__proto__", "hasOwnProperty"]) { // not its own keys
+    await store.write(stringify({ format: "dpmarginals.ledger", version: 3, campaigns: {}, groups: {}, permanent: {},
+                                  charges: [{ campaign: "c", epsilon: 1, time: 1, permanent: key }] }));
+    await refused(() => Device.open(store, { maxEpsilon: 1, maxTotalEpsilon: 3 }), "charges[0] is malformed",
+                  LedgerError);
+  }
+  await store.write(stringify({ format: "dpmarginals.ledger", version: 2, campaigns: {}, groups: {}, permanent: {},
+                                charges: {} }));
+  await refused(() => Device.open(store, { maxEpsilon: 1, maxTotalEpsilon: 3 }), "'charges' a list", LedgerError);
   // a ledger changed by another writer between two reports: read again under the lock
   const good = new MemoryStore();
   const phone = await Device.open(good, { maxEpsilon: 1, maxTotalEpsilon: 3 });
@@ -464,6 +488,22 @@ test("a version-2 ledger is read with every report charged in full", async () =>
   assert.equal(written["version"], 3);
   assert.equal(total(phone), 7);
   assert.deepEqual(Object.keys(written["permanent"] as object).map((k) => k.split(":")[1]), ["14"]);
+});
+
+test("a ledger edited against its plans is refused", async () => {
+  // R and L belong to a family: a stored R unlike its plan's is refused, not charged; a kept
+  // group outside the plan, too, before the check of the caps
+  const store = new MemoryStore();
+  const phone = await Device.open(store, { maxEpsilon: 1, maxTotalEpsilon: 100 });
+  const plan = await planWith({ longitudinal: 4.0 });
+  await phone.report(plan, RECORD, where("a", 1));
+  const doc = parseJson((await store.read())!) as JsonObject;
+  for (const memo of Object.values(doc["permanent"] as Record<string, JsonObject>)) memo["responses"] = 2;
+  await store.write(stringify(doc));
+  await refused(() => phone.report(plan, RECORD, where("b", 1)), "allows 8 for its family, whose plan allows 64",
+                LedgerError);
+  const checked = await checkPlan(plan, 1.0);
+  await refused(() => phone.checkCharge(checked, 7, ORIGIN), "the ledger keeps group 7 for plan", LedgerError);
 });
 
 test("a stored permanent response that is not a valid payload is refused before any draw", async () => {

@@ -91,8 +91,13 @@ class Labels:
         error naming it."""
         code = None
         if self.bins is not None:
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                x, edges = float(value), self.bins
+            if (isinstance(value, int | float | np.integer | np.floating)
+                    and not isinstance(value, bool | np.bool_)):  # pandas gives np.int64
+                try:
+                    x = float(value)
+                except OverflowError:  # an integer beyond the floats: outside every bin
+                    x = math.inf if value > 0 else -math.inf
+                edges = self.bins
                 if edges[0] <= x <= edges[-1]:
                     code = min(bisect.bisect_right(edges, x) - 1, len(edges) - 2)
             elif isinstance(value, str) and value in self.names:

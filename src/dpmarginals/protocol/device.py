@@ -33,10 +33,11 @@ random, and a refusal is one line (:class:`~.ledger.PlanRefused`,
    the plan's domain cannot encode (a label or number it does not list, a code out of
    range, an attribute the record lacks) is reported as a uniformly random value of the
    group's attributes, charged as any report (:class:`ValueSubstituted` tells the app,
-   locally): a refusal the server could see would tell it the value lies outside the
-   domain it chose, and a server free to choose domains could slice them until a report
-   arrives (for memoized plans the substitute is one value per family, kept as its
-   permanent response);
+   locally, once the report is made: a warnings filter set to "error" cannot take it
+   back, the message is logged instead): a refusal the server could see would tell it
+   the value lies outside the domain it chose, and a server free to choose domains could
+   slice them until a report arrives (for memoized plans the substitute is one value per
+   family, kept as its permanent response);
 7. the ledger stores the report and its charge atomically before it is returned.
 
 A server that mints campaigns (fresh ids, re-minted plans) gets a fresh report each time,
@@ -56,6 +57,7 @@ and each is charged: ``max_total_epsilon`` (and the period cap) is what bounds i
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import os
 import secrets
@@ -70,7 +72,7 @@ import numpy as np
 from ..core.errors import DPMarginalsError
 from ..core.randomness import SecureRandom
 from .checks import check_plan, device_cap, longitudinal_floor, refused
-from .ledger import BudgetExceeded, Ledger, LedgerError, campaign_root
+from .ledger import MAX_RESPONSES, BudgetExceeded, Ledger, LedgerError, campaign_root
 from .phases import earlier_hashes
 from .plan import Plan, canonical
 from .reports import PlanCodec, ReportError
@@ -83,7 +85,6 @@ _SLACK = Fraction(1, 1 << 40)  # relative: sums of float budgets meet float caps
 #: The least longitudinal / per-report epsilon a device accepts unless its owner sets
 #: another: the service's default (docs/device-spec.md §4 tabulates what each ratio links).
 MIN_LONGITUDINAL_RATIO = 4.0
-_MAX_RESPONSES = 2**53 - 1
 _codecs: dict[str, PlanCodec] = {}
 
 
@@ -143,7 +144,9 @@ def record_row(plan: Plan, record: Mapping[str, Any] | Sequence[Any] | np.ndarra
             except DPMarginalsError as exc:
                 raise RecordValueError(str(exc)) from None
             continue
-        if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        if isinstance(value, float | np.floating) and float(value).is_integer():
+            value = int(value)  # 1.0 is the code 1, as in TypeScript (and pandas' gaps)
+        if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
             raise RecordValueError(f"attribute {dom.attributes[i]!r} must be an integer code"
                                    f"{' or one of its labels' if labels else ''}, got {value!r}")
         if not 0 <= value < dom.sizes[i]:
@@ -157,17 +160,25 @@ def record_row(plan: Plan, record: Mapping[str, Any] | Sequence[Any] | np.ndarra
 SUBSTITUTE = "substitute"
 
 
-def group_row(plan: Plan, record: Any, group: int) -> np.ndarray | None:
-    """The record's row of codes for ``group``'s attributes, or None (with a local
-    :class:`ValueSubstituted` warning) when one of them cannot be encoded: the report then
-    carries a uniformly random value (:func:`random_row`), whatever the record held."""
+def group_row(plan: Plan, record: Any, group: int) -> tuple[np.ndarray | None, str | None]:
+    """The record's row of codes for ``group``'s attributes and None, or None and why when
+    one of them cannot be encoded: the report then carries a uniformly random value
+    (:func:`random_row`), whatever the record held."""
     try:
-        return record_row(plan, record, plan.groups[group].attributes)
+        return record_row(plan, record, plan.groups[group].attributes), None
     except RecordValueError as exc:
-        warnings.warn(f"{exc}: reported as a uniformly random value of "
-                      f"{list(plan.groups[group].attributes)} (plan {plan.hash[:12]})",
-                      ValueSubstituted, stacklevel=4)
-        return None
+        return None, (f"{exc}: reported as a uniformly random value of "
+                      f"{list(plan.groups[group].attributes)} (plan {plan.hash[:12]})")
+
+
+def _tell_app(message: str) -> None:
+    """Tell the app (a local :class:`ValueSubstituted` warning), once the report is made:
+    a warning filter that turns it into an error cannot take the report back (no report
+    would tell the server that the value lies outside its domain); then it is logged."""
+    try:
+        warnings.warn(message, ValueSubstituted, stacklevel=4)
+    except Warning:
+        logging.getLogger(__name__).warning(message)
 
 
 def random_row(plan: Plan, group: int) -> np.ndarray:
@@ -201,7 +212,7 @@ def family_responses(plan: Plan, group: int) -> int | None:
     attributes and the substitute's (None beyond 2^53 - 1, a count JSON numbers do not keep:
     such a family's reports are charged in full)."""
     count = math.prod(plan.domain.project(plan.groups[group].attributes).sizes) + 1
-    return count if count <= _MAX_RESPONSES else None
+    return count if count <= MAX_RESPONSES else None
 
 
 def _value_key(inputs: np.ndarray, sizes: Sequence[int]) -> int:
@@ -313,6 +324,9 @@ class Device:
         if group is None:
             self._check_caps(Fraction(plan.epsilon))
             return
+        if not 0 <= group < plan.m:
+            raise LedgerError(f"the ledger keeps group {group} for plan {plan.hash[:12]}, "
+                              f"which has {plan.m} groups")
         self._check_caps(self._charge(plan, group, origin))
 
     def _charge(self, plan: Plan, group: int, origin: str) -> Fraction:
@@ -359,7 +373,7 @@ class Device:
             g = choose_group(plan)
         plan_codec = codec(plan)
         fmt = plan_codec.oracle(g)
-        row = group_row(plan, record, g)
+        row, substituted = group_row(plan, record, g)
         memo = _memo_key(plan, g, row, origin)
         self._check_caps(self._charge(plan, g, origin))
         src = SecureRandom()
@@ -386,6 +400,8 @@ class Device:
             kept_response = (memo, response, plan.longitudinal, family_responses(plan, g))
         report = plan_codec.reports(g, native)[0]
         self.ledger.record(key, report, epsilon=plan.epsilon, permanent=kept_response)
+        if substituted is not None:
+            _tell_app(substituted)
         return report
 
     # -- what is left -------------------------------------------------------------------------

@@ -68,13 +68,16 @@ try:  # POSIX: one process at a time reads-and-writes a ledger
 except ImportError:  # pragma: no cover - Windows: callers keep one process per ledger
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["LEDGER_FORMAT", "LEDGER_VERSION", "BudgetExceeded", "Ledger", "LedgerError",
-           "PlanRefused", "campaign_root", "family_of"]
+__all__ = ["LEDGER_FORMAT", "LEDGER_VERSION", "MAX_RESPONSES", "BudgetExceeded", "Ledger",
+           "LedgerError", "PlanRefused", "campaign_root", "family_of"]
 
 LEDGER_FORMAT = "dpmarginals.ledger"
 LEDGER_VERSION = 3
 _REPORT_KEYS = frozenset({"version", "plan_hash", "group", "payload", "report_id"})
 _PHASE = re.compile(r"^(?P<root>.+)\.phase(?P<phase>[0-9]+)$")
+#: The most permanent responses a family may hold (beyond it: stored as null, charged in
+#: full): JSON numbers keep integers exactly up to here in every language.
+MAX_RESPONSES = 2**53 - 1
 
 
 class PlanRefused(DPMarginalsError):
@@ -209,7 +212,10 @@ def family_of(permanent: str) -> str:
 def _finite(value: object, field: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise DPMarginalsError(f"{field} must be a number, got {value!r}")
-    out = float(value)
+    try:
+        out = float(value)
+    except OverflowError:  # an integer beyond the floats
+        out = math.inf
     if not math.isfinite(out) or out < 0:
         raise DPMarginalsError(f"{field} must be a finite number >= 0, got {value!r}")
     return out
@@ -264,10 +270,11 @@ class Ledger:
     def _upgrade(data: dict[str, Any]) -> None:
         """A version-2 ledger (charges per value) as version 3: each report charged in full
         (what it cost under any rule), the permanent responses forgotten (module docstring)."""
-        if isinstance(data, dict) and data.get("version") == 2 and isinstance(
-                data.get("charges"), list):
-            data["version"], data["permanent"] = LEDGER_VERSION, {}
-            for event in data["charges"]:
+        if isinstance(data, dict) and data.get("version") == 2:
+            data["version"] = LEDGER_VERSION
+            if isinstance(data.get("permanent"), dict):
+                data["permanent"] = {}
+            for event in data.get("charges") if isinstance(data.get("charges"), list) else []:
                 if isinstance(event, dict):
                     event["permanent"] = None
 
@@ -330,10 +337,13 @@ class Ledger:
             if not (isinstance(memo, dict) and "response" in memo):
                 raise self._corrupt(f"permanent response {key!r} is malformed")
             self._number(memo.get("longitudinal"), f"permanent[{key!r}].longitudinal")
-            responses = memo.get("responses", "missing")
-            if responses is not None and not (type(responses) is int and responses >= 1):
-                raise self._corrupt(f"permanent[{key!r}].responses must be a count >= 1 or "
-                                    f"null, got {responses!r}")
+            if "responses" not in memo:
+                raise self._corrupt(f"permanent[{key!r}].responses is missing")
+            responses = memo["responses"]
+            if responses is not None and not (type(responses) is int
+                                              and 2 <= responses <= MAX_RESPONSES):
+                raise self._corrupt(f"permanent[{key!r}].responses must be a count in 2.."
+                                    f"2^53 - 1 or null, got {responses!r}")
         for i, event in enumerate(charges):
             if not (isinstance(event, dict) and isinstance(event.get("campaign"), str)
                     and (event.get("permanent") is None or event["permanent"] in permanent)):
@@ -427,10 +437,16 @@ class Ledger:
         eps = Fraction(epsilon)
         if family is None or cap is None:
             return eps
-        before = sum((Fraction(e["epsilon"]) for e in self._data["charges"]
-                      if e.get("permanent") is not None
-                      and family_of(e["permanent"]) == family
-                      and self._family_cap(e["permanent"]) is not None), Fraction(0))
+        before = Fraction(0)
+        for event in self._data["charges"]:
+            memo = event.get("permanent")
+            if memo is None or family_of(memo) != family:
+                continue
+            stored = self._family_cap(memo)
+            if stored is not None and stored != cap:  # R and L are the family's: an edit
+                raise self._corrupt(f"permanent[{memo!r}] allows {float(stored):g} for its "
+                                    f"family, whose plan allows {float(cap):g}")
+            before += Fraction(event["epsilon"]) if stored is not None else 0
         return min(before + eps, cap) - min(before, cap)
 
     def keep_ticket(self, key: str, ticket: str) -> None:
