@@ -23,7 +23,10 @@ family can ever hold (one per value of its attributes, and the substitute's): ea
 eps-LDP and a function of its value's permanent response, which is
 longitudinal-epsilon-LDP, so the reports of one value cost at most the longitudinal epsilon
 (basic composition and post-processing; RAPPOR §4) and those of at most R values at most R
-times it.  The charge reads the family, never the value: what the device spends, and so
+times it.  (That bounds what the reports reveal about the values given when they changed,
+not the pattern of changes itself, which linked reports reveal the more the more there are:
+docs/device-spec.md §4, "What the charges bound".)  The charge reads the family, never the
+value: what the device spends, and so
 whether a cap refuses a report (which the server sees), is the same whatever values the user
 had.  (Charging each value's reports min(their sum, the longitudinal epsilon), the tighter
 sum for one history, would let a server whose campaigns bring a device near its cap learn
