@@ -564,6 +564,28 @@ def test_reports_of_an_unchanged_value_differ_and_their_family_costs_at_most_r_t
     assert phone.ledger.total() == 64 and len(phone.ledger._data["permanent"]) == 5
 
 
+def test_a_device_that_does_not_memoize_draws_every_report_afresh():
+    """``memoize=False``, the owner's choice whatever the plan says: nothing kept, each
+    report charged its epsilon in full, and the reports of an unchanged value independent
+    draws of the composed law, so a server can neither link them nor tell whether the value
+    changed.  400 reports of one value under a memoized GRR plan (eps 2, longitudinal 8)
+    estimate a point mass at its cell within 4.5 sd in each of the 6 cells: the composed
+    law, unbiased (OS randomness, not seeded: a false failure has probability < 6 x 7e-6)."""
+    plan = plan_with("grr", epsilon=2.0, longitudinal=8.0)
+    phone = Device(None, max_epsilon=2.0, max_total_epsilon=1e6, memoize=False)
+    reports = [phone.report(plan, RECORD, origin=ORIGIN, campaign=f"d{i}", group=0)
+               for i in range(400)]
+    assert phone.ledger.total() == 800 and phone.ledger._data["permanent"] == {}
+    supports, users = support_counts(plan, reports)
+    oracle = PlanCodec(plan).oracle(0).oracle
+    truth = np.zeros(6)
+    truth[PlanCodec(plan).cells(0, np.array([[1, 2, 4]]))[0]] = 1.0
+    est = oracle.estimate(supports[0], int(users[0]))
+    assert np.all(np.abs(est - truth) <= 4.5 * np.sqrt(oracle.variance(int(users[0]), truth)))
+    with pytest.raises(DPMarginalsError, match="memoize must be True or False"):
+        Device(None, max_epsilon=1.0, max_total_epsilon=1.0, memoize="no")  # type: ignore
+
+
 def test_a_memoized_plan_below_the_devices_floor_is_refused(draws):
     """A server that sets longitudinal epsilon near epsilon gets a device's reports of a
     family as (nearly) its permanent response, one identifier across its campaigns: the
@@ -918,6 +940,11 @@ def test_cli_device_refuses_a_plan_below_its_floor_unless_told(offline):
     out = _cli(*device, "--campaign", "b", "--min-longitudinal-ratio", "2", cwd=offline)
     assert out.returncode == 0, out.stderr
     assert Ledger(offline / "ledger.json").total() == 1
+    out = _cli(*device, "--campaign", "c", "--min-longitudinal-ratio", "2", "--no-memoize",
+               cwd=offline)  # the owner keeps no permanent response: nothing kept, charged
+    assert out.returncode == 0, out.stderr
+    ledger = Ledger(offline / "ledger.json")
+    assert ledger.total() == 2 and len(ledger._data["permanent"]) == 1  # b's, not c's
     (offline / "domain.json").write_text(json.dumps({"x": 2, "y": 2}))
     out = _cli("plan", "--domain", "domain.json", "--epsilon", "1", "--k", "2", "--n", "1000",
                "--method", "calm", "--longitudinal-epsilon", "2", "--out", "p2.json",

@@ -65,6 +65,11 @@ export interface DeviceCaps {
    *  (default MIN_LONGITUDINAL_RATIO, 4; at least 1): nearer 1, the reports of a family to
    *  one server are nearly its permanent response, one identifier (docs/device-spec.md §4) */
   minLongitudinalRatio?: number;
+  /** false: keep no permanent response; every report of a memoized plan draws a fresh one
+   *  (the same composed law: the server's estimates are unchanged), charged its epsilon in
+   *  full and linked to no other report, so whether and when the value changed is protected
+   *  like the value (docs/device-spec.md §4); default true (RAPPOR's memoization) */
+  memoize?: boolean;
   /** told when the device keeps its group instead of the server's, or reports a random value
    *  for one its plan cannot encode (default console.warn; never sent) */
   onWarning?: (message: string) => void;
@@ -122,6 +127,7 @@ export class Device {
   readonly maxPeriodEpsilon: number | null;
   readonly periodSeconds: number;
   readonly minLongitudinalRatio: number;
+  readonly memoize: boolean;
   private readonly warn: (message: string) => void;
 
   private constructor(readonly ledger: Ledger, caps: DeviceCaps) {
@@ -130,6 +136,7 @@ export class Device {
     this.maxPeriodEpsilon = caps.maxPeriodEpsilon ?? null;
     this.periodSeconds = caps.periodSeconds ?? DAY;
     this.minLongitudinalRatio = caps.minLongitudinalRatio ?? MIN_LONGITUDINAL_RATIO;
+    this.memoize = caps.memoize ?? true;
     this.warn = caps.onWarning ?? ((m) => console.warn(m));
   }
 
@@ -146,6 +153,9 @@ export class Device {
     }
     deviceCap(caps.periodSeconds ?? DAY, "period_seconds");
     longitudinalFloor(caps.minLongitudinalRatio ?? MIN_LONGITUDINAL_RATIO);
+    if (caps.memoize !== undefined && typeof caps.memoize !== "boolean") {
+      throw new DPMarginalsError(`memoize must be true or false, got ${pyr(caps.memoize)}`);
+    }
     const ledger = await Ledger.open(store, caps.clock);
     return new Device(ledger, caps);
   }
@@ -274,7 +284,7 @@ export class Device {
   /** What a report in `group` to `origin` adds to the device's spending: its epsilon, or
    *  for a memoized plan what it adds to its family's cost (step 5). */
   private async charge(plan: Plan, group: number, origin: string): Promise<Rational> {
-    if (plan.longitudinal === null) return fromNumber(plan.epsilon);
+    if (plan.longitudinal === null || !this.memoize) return fromNumber(plan.epsilon);
     const responses = familyResponses(plan, group);
     const cap = responses === null ? null : mul(rat(BigInt(responses)), fromNumber(plan.longitudinal));
     return this.ledger.charge(await family(plan, group, origin), plan.epsilon, cap);
@@ -328,7 +338,7 @@ export class Device {
     }
     const fmt = groupFormat(plan, g);
     const [input, substituted] = this.inputOf(plan, g, record);
-    const memo = await this.memoKey(plan, g, input, origin);
+    const memo = this.memoize ? await this.memoKey(plan, g, input, origin) : null;
     this.checkCaps(await this.charge(plan, g, origin));
     let keptResponse: [string, Json, number, number | null] | null = null;
     let payload: Payload;

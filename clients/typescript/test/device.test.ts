@@ -315,6 +315,19 @@ test("whether a memoized report is refused never depends on the value (every his
   }
 });
 
+test("a device that does not memoize draws every report afresh", async () => {
+  // the owner's choice whatever the plan says: nothing kept, each report charged in full
+  const phone = await device(1.0, 100.0, { memoize: false });
+  const plan = await planWith({ longitudinal: 4.0 });
+  const payloads = new Set<string>();
+  for (let i = 0; i < 20; i++) payloads.add(stringify((await phone.report(plan, RECORD, where(`f${i}`, 1))).payload));
+  assert.ok(payloads.size >= 15, `${payloads.size}`);
+  assert.equal(total(phone), 20);
+  assert.deepEqual(phone.ledger.document()["permanent"], {});
+  await assert.rejects(device(1.0, 1.0, { memoize: "no" as unknown as boolean }),
+                       (e: Error) => e instanceof DPMarginalsError && e.message.includes("memoize must be true or false"));
+});
+
 test("unmemoized formats send no stable identifier", async () => {
   const phone = await device(1.0, 100.0);
   const plan = await planWith({ oracle: "olh" });

@@ -140,6 +140,7 @@ test("every device scenario has its outcomes and exact totals", async () => {
       maxPeriodEpsilon: (caps["max_period_epsilon"] as number | undefined) ?? null,
       periodSeconds: (caps["period_seconds"] as number | undefined) ?? 86400, clock: () => 1.8e9,
       minLongitudinalRatio: (caps["min_longitudinal_ratio"] as number | undefined) ?? 4,
+      memoize: (caps["memoize"] as boolean | undefined) ?? true,
       onWarning: () => {}, // a substituted value is a vector's case
     });
     for (const step of scenario["steps"] as JsonObject[]) {

@@ -169,10 +169,10 @@ def _cmd_client(args: argparse.Namespace) -> int:
                                "record) or --simulate (every row of --data a simulated user, "
                                "for tests and demos)")
     if (args.max_total_epsilon is not None or args.max_period_epsilon is not None
-            or args.min_longitudinal_ratio is not None):
-        raise DPMarginalsError("--max-total-epsilon, --max-period-epsilon and "
-                               "--min-longitudinal-ratio are a device's rules: they go with "
-                               "--ledger, not --simulate")
+            or args.min_longitudinal_ratio is not None or args.no_memoize):
+        raise DPMarginalsError("--max-total-epsilon, --max-period-epsilon, "
+                               "--min-longitudinal-ratio and --no-memoize are a device's "
+                               "rules: they go with --ledger, not --simulate")
     return _client_simulated(args)
 
 
@@ -300,7 +300,8 @@ def _client_device(args: argparse.Namespace) -> int:
                     period_seconds=3600.0 * args.period_hours,
                     min_longitudinal_ratio=(MIN_LONGITUDINAL_RATIO
                                             if args.min_longitudinal_ratio is None
-                                            else args.min_longitudinal_ratio))
+                                            else args.min_longitudinal_ratio),
+                    memoize=not args.no_memoize)
 
     if args.server is None:
         if args.plan is None or args.save_reports is None or args.campaign is None:
@@ -583,6 +584,10 @@ CLIENT = Command(
             help="with --ledger: refuse a memoized plan whose longitudinal epsilon is below "
             "R x its epsilon (default 4: nearer 1, a device's reports link across "
             "campaigns; docs/device-spec.md section 4)"),
+        arg("--no-memoize", action="store_true",
+            help="with --ledger: keep no permanent response; every report of a memoized plan "
+            "is drawn afresh and charged in full, so reports never link and whether the "
+            "value changed stays private (docs/device-spec.md section 4)"),
         arg("--simulate", action="store_true",
             help="every row of --data is another simulated user (no ledger)"),
         arg("--plan", default=None,

@@ -5,7 +5,8 @@ a :class:`~.ledger.Ledger` and three caps the device's owner sets, all required 
 period cap: ``max_epsilon`` (what one report may reveal), ``max_total_epsilon`` (what the
 device ever spends) and ``max_period_epsilon`` per ``period_seconds`` (e.g. a day); and a
 floor, ``min_longitudinal_ratio`` (default :data:`MIN_LONGITUDINAL_RATIO`), under which a
-memoized plan's reports would link (docs/device-spec.md §4).  One
+memoized plan's reports would link (docs/device-spec.md §4); ``memoize=False`` keeps no
+permanent response at all (every report fresh and charged in full).  One
 report, :meth:`Device.report`, in this order -- everything before step 6 draws nothing
 random, and a refusal is one line (:class:`~.ledger.PlanRefused`,
 :class:`~.ledger.BudgetExceeded`):
@@ -230,13 +231,23 @@ class Device:
     """One device's caps and ledger (module docstring).
 
     ``ledger``: a :class:`~.ledger.Ledger`, a file path, or None (in memory: tests).
+    ``memoize=False``: keep no permanent response; every report of a memoized plan draws a
+    fresh one, then its noise (the same composed law, so the server's estimates are
+    unchanged and it cannot tell), charged its epsilon in full and linked to no other
+    report: whether and when the value changed is then protected like the value (a
+    memoized plan's charges do not bound that, docs/device-spec.md §4), at the price of
+    the longitudinal bound for a value that never changes.
     """
 
     def __init__(self, ledger: Ledger | str | os.PathLike[str] | None, *, max_epsilon: float,
                  max_total_epsilon: float, max_period_epsilon: float | None = None,
                  period_seconds: float = DAY, clock: Callable[[], float] = time.time,
-                 min_longitudinal_ratio: float = MIN_LONGITUDINAL_RATIO) -> None:
+                 min_longitudinal_ratio: float = MIN_LONGITUDINAL_RATIO,
+                 memoize: bool = True) -> None:
         self.max_epsilon = device_cap(max_epsilon)
+        if not isinstance(memoize, bool):
+            raise DPMarginalsError(f"memoize must be True or False, got {memoize!r}")
+        self.memoize = memoize
         self.min_longitudinal_ratio = longitudinal_floor(min_longitudinal_ratio)
         self.max_total_epsilon = device_cap(max_total_epsilon, "max_total_epsilon")
         self.max_period_epsilon = (None if max_period_epsilon is None
@@ -332,7 +343,7 @@ class Device:
     def _charge(self, plan: Plan, group: int, origin: str) -> Fraction:
         """What a report in ``group`` to ``origin`` adds to the device's spending: its
         epsilon, or for a memoized plan what it adds to its family's cost (step 5)."""
-        if plan.longitudinal is None:
+        if plan.longitudinal is None or not self.memoize:
             return Fraction(plan.epsilon)
         responses = family_responses(plan, group)
         cap = None if responses is None else responses * Fraction(plan.longitudinal)
@@ -374,7 +385,7 @@ class Device:
         plan_codec = codec(plan)
         fmt = plan_codec.oracle(g)
         row, substituted = group_row(plan, record, g)
-        memo = _memo_key(plan, g, row, origin)
+        memo = _memo_key(plan, g, row, origin) if self.memoize else None
         self._check_caps(self._charge(plan, g, origin))
         src = SecureRandom()
         group_codec = plan_codec.groups[g]

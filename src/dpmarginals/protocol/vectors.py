@@ -328,6 +328,10 @@ def _devices(plans: dict[str, Plan]) -> list[dict[str, Any]]:
          {"max_epsilon": 1.0, "max_total_epsilon": 10.0, "min_longitudinal_ratio": 1.0},
          [(origin, f"day{i}", even, [1, 2, [4, 4, 0, 9, 4, 1, 4, 3][i]], 1)
           for i in range(8)]),
+        ("a device that does not memoize: every report fresh, charged in full (no R x L)",
+         {"max_epsilon": 1.0, "max_total_epsilon": 10.0, "min_longitudinal_ratio": 1.0,
+          "memoize": False},
+         [(origin, f"day{i}", even, [1, 2, 4], 1) for i in range(8)]),
         ("a memoized plan below the device's floor (4 x epsilon unless its owner lowers it)",
          {"max_epsilon": 1.0, "max_total_epsilon": 10.0},
          [(origin, "near", near, [1, 2, 4], 0)]),
