@@ -584,6 +584,10 @@ def test_a_device_that_does_not_memoize_draws_every_report_afresh():
     assert np.all(np.abs(est - truth) <= 4.5 * np.sqrt(oracle.variance(int(users[0]), truth)))
     with pytest.raises(DPMarginalsError, match="memoize must be True or False"):
         Device(None, max_epsilon=1.0, max_total_epsilon=1.0, memoize="no")  # type: ignore
+    # the floor guards against linked reports: a device that keeps nothing needs none
+    fresh = Device(None, max_epsilon=1.0, max_total_epsilon=10.0, memoize=False)
+    fresh.report(plan_with(longitudinal=1.0), RECORD, origin=ORIGIN, campaign="l", group=1)
+    assert fresh.ledger.total() == 1 and fresh.ledger._data["permanent"] == {}
 
 
 def test_a_memoized_plan_below_the_devices_floor_is_refused(draws):

@@ -181,7 +181,7 @@ export class Device {
     }
     const plan = await checkPlan(source, this.maxEpsilon);
     const floor = mul(fromNumber(this.minLongitudinalRatio), fromNumber(plan.epsilon));
-    if (plan.longitudinal !== null
+    if (this.memoize && plan.longitudinal !== null // kept responses are what link
         && cmp(fromNumber(plan.longitudinal), mul(floor, sub({ n: 1n, d: 1n }, SLACK))) < 0) {
       throw refused(`longitudinal_epsilon = ${pyFormatG(plan.longitudinal)} is below this device's `
                     + `floor, ${pyFormatG(this.minLongitudinalRatio)} x epsilon = `

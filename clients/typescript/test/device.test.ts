@@ -324,6 +324,10 @@ test("a device that does not memoize draws every report afresh", async () => {
   assert.ok(payloads.size >= 15, `${payloads.size}`);
   assert.equal(total(phone), 20);
   assert.deepEqual(phone.ledger.document()["permanent"], {});
+  // the floor guards against linked reports: a device that keeps nothing needs none
+  const fresh = await device(1.0, 10.0, { memoize: false });
+  await fresh.report(await planWith({ longitudinal: 1.0 }), RECORD, where("l", 1));
+  assert.equal(total(fresh), 1);
   await assert.rejects(device(1.0, 1.0, { memoize: "no" as unknown as boolean }),
                        (e: Error) => e instanceof DPMarginalsError && e.message.includes("memoize must be true or false"));
 });

@@ -309,6 +309,7 @@ def _client_device(args: argparse.Namespace) -> int:
                                    "and --campaign ID (the campaign's name in the ledger)")
         plan = check_plan(args.plan, args.max_epsilon)
         origin = "offline"
+        stored = device.stored_report(origin=origin, campaign=args.campaign) is not None
         report = device.report(plan, _device_record(args, plan), origin=origin,
                                campaign=args.campaign)
         with open(args.save_reports, "w", encoding="utf-8") as sink:
@@ -317,6 +318,7 @@ def _client_device(args: argparse.Namespace) -> int:
         with _service_client(args) as client:
             plan = client.plan()
             origin = client.origin
+            stored = device.stored_report(origin=origin, campaign=args.campaign) is not None
             report = client.submit(_device_record(args, plan), device, assign=args.assign)
     key = f"{origin}|{args.campaign}"
     out = {"campaign": args.campaign, "origin": origin, "plan_hash": plan.hash,
@@ -327,10 +329,12 @@ def _client_device(args: argparse.Namespace) -> int:
         print(json.dumps(out))
     else:
         verb = "wrote" if args.server is None else "sent"
+        charged = (f"the stored report, nothing charged now (it cost "
+                   f"{out['epsilon_charged']:g})" if stored else
+                   f"charged epsilon {out['epsilon_charged']:g}")
         print(f"{verb} report {report['report_id']} (group {report['group']}) for campaign "
-              f"{args.campaign!r}: charged epsilon {out['epsilon_charged']:g}, device total "
-              f"{out['epsilon_total']:g} of max_total_epsilon {device.max_total_epsilon:g} "
-              f"(ledger {args.ledger})")
+              f"{args.campaign!r}: {charged}, device total {out['epsilon_total']:g} of "
+              f"max_total_epsilon {device.max_total_epsilon:g} (ledger {args.ledger})")
     return 0
 
 
@@ -586,8 +590,9 @@ CLIENT = Command(
             "campaigns; docs/device-spec.md section 4)"),
         arg("--no-memoize", action="store_true",
             help="with --ledger: keep no permanent response; every report of a memoized plan "
-            "is drawn afresh and charged in full, so reports never link and whether the "
-            "value changed stays private (docs/device-spec.md section 4)"),
+            "is drawn afresh and charged in full, linked to others only by the group kept "
+            "per plan, so whether the value changed is bounded by the charges like the "
+            "value (docs/device-spec.md section 4)"),
         arg("--simulate", action="store_true",
             help="every row of --data is another simulated user (no ledger)"),
         arg("--plan", default=None,

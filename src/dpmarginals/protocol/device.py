@@ -42,7 +42,9 @@ random, and a refusal is one line (:class:`~.ledger.PlanRefused`,
 7. the ledger stores the report and its charge atomically before it is returned.
 
 A server that mints campaigns (fresh ids, re-minted plans) gets a fresh report each time,
-and each is charged: ``max_total_epsilon`` (and the period cap) is what bounds it.
+and each is charged (a memoized family until it has cost R x its longitudinal epsilon: a
+nonce, another epsilon or a fresh id stays in its family): ``max_total_epsilon`` (and the
+period cap) is what bounds it.
 
 >>> from dpmarginals.core.domain import Domain
 >>> from dpmarginals.protocol.plan import GroupSpec, Plan
@@ -271,7 +273,8 @@ class Device:
             raise DPMarginalsError(f"the server's origin is required, got {origin!r}")
         plan = check_plan(source, self.max_epsilon)
         floor = Fraction(self.min_longitudinal_ratio) * Fraction(plan.epsilon)
-        if plan.longitudinal is not None and Fraction(plan.longitudinal) < floor * (1 - _SLACK):
+        if (self.memoize and plan.longitudinal is not None  # kept responses are what link
+                and Fraction(plan.longitudinal) < floor * (1 - _SLACK)):
             raise refused(f"longitudinal_epsilon = {plan.longitudinal:g} is below this device's "
                           f"floor, {self.min_longitudinal_ratio:g} x epsilon = "
                           f"{float(floor):g}: its reports would link across campaigns "
