@@ -19,12 +19,13 @@ fsync, ``os.replace``, then the directory fsynced), under an exclusive lock:
 **What is charged.**  A report that is not memoized costs its per-report epsilon.  The
 reports of one *family* (docs/device-spec.md §4) together cost min(the sum of their
 per-report epsilons, R x the longitudinal epsilon), R the number of permanent responses the
-family can ever hold (one per value of its attributes, and the substitute's): each report is
-eps-LDP and a function of its value's permanent response, which is
-longitudinal-epsilon-LDP, so the reports of one value cost at most the longitudinal epsilon
-(basic composition and post-processing; RAPPOR §4) and those of at most R values at most R
-times it.  (That bounds what the reports reveal about the values given when they changed,
-not the pattern of changes itself, which linked reports reveal the more the more there are:
+family can ever hold (one per value of its attributes, and the substitute's): the reports
+of one value are a function of its permanent response, which is longitudinal-epsilon-LDP,
+so they cost at most the longitudinal epsilon (post-processing; RAPPOR §4), and those of at
+most R values at most R times it; the sum of epsilons is the other bound, checked by exact
+enumeration on small cases but not proved for reports that share their randomness.  (That
+bounds what the reports reveal about the values given when they changed, not the pattern
+of changes itself, which linked reports reveal the more the more there are:
 docs/device-spec.md §4, "What the charges bound".)  The charge reads the family, never the
 value: what the device spends, and so
 whether a cap refuses a report (which the server sees), is the same whatever values the user
