@@ -346,7 +346,6 @@ export class Ledger {
     return sub(minR(add(before, eps), cap), minR(before, cap));
   }
 
-
   // -- campaigns ---------------------------------------------------------------------------
   campaign(key: string): CampaignEntry | null {
     const entry = this.data.campaigns[key];
@@ -411,7 +410,7 @@ export class Ledger {
     if (permanent !== null) {
       const [memoKey, response, longitudinal, responses] = permanent;
       memo = memoKey;
-      if (!(memoKey in data.permanent)) {
+      if (!own(data.permanent, memoKey)) {
         data.permanent = { ...data.permanent, [memoKey]: { response, longitudinal, responses } };
       }
     }
