@@ -114,6 +114,51 @@ def test_the_summary_counts_the_repeats_auto_released_by_the_numpy_inference():
     assert second.endswith("| adaptive-pgm |")
 
 
+def _draw(seed, ratios):
+    """A draw's results: per setting, auto's, calm-pgm's and adaptive's SSE over CALM's 1.0
+    (two repeats alike)."""
+    import pandas as pd
+
+    rows = []
+    for setting, (auto, calm_pgm, adaptive) in zip(SETTINGS, ratios, strict=False):
+        fields = {"task": f"heldout|{setting.index}|rep=0|seed={seed}", "panel": setting.label,
+                  "dataset": setting.dataset, "n": setting.n, "d": setting.d, "k": setting.k,
+                  "epsilon": setting.epsilon, "status": "ok", "reason": "", "seconds": 1.0}
+        for r in range(2):
+            for method, sse in (("calm", 1.0), ("calm-pgm", calm_pgm), ("adaptive", adaptive),
+                                ("auto", auto)):
+                rows.append({**fields, "method": method, "repeat": r, "sse": sse})
+    return pd.DataFrame(rows)
+
+
+def test_draws_read_together_count_each_settings_misses_over_the_draws():
+    """benchmarks/heldout_draws.py: a setting above CALM in two draws of three says so, with
+    its geometric mean over the draws; each draw keeps its own median and misses."""
+    import pandas as pd
+
+    from dpmarginals.experiments.heldout import draws_markdown, draws_table
+
+    draws = [_draw(4, [(1.2, 1.1, 1.3), (0.5, 0.6, 0.5)]),
+             _draw(7, [(0.8, 0.9, 0.8), (0.5, 0.4, 0.5)]),
+             _draw(5, [(1.5, 0.9, 1.5), (0.2, 0.3, 0.2)])]
+    per_draw, per_setting = draws_table(draws)
+    assert per_draw["seed"].tolist() == [4, 5, 7]
+    assert per_draw["median"].round(6).tolist() == [0.85, 0.85, 0.65]
+    assert per_draw["above CALM"].tolist() == [1, 1, 0]
+    # auto over the better of calm-pgm and adaptive: 1.2/1.1 (no), 0.5/0.4 (yes), 1.5/0.9 (yes)
+    assert per_draw["over 1.1x the better"].tolist() == [0, 1, 1]
+    first = per_setting.iloc[0]
+    assert first["auto above CALM"] == 2 and first["calm-pgm above CALM"] == 1
+    assert abs(first["auto geo"] - (1.2 * 0.8 * 1.5) ** (1 / 3)) < 1e-12
+    assert first["auto range"] == (0.8, 1.5)
+    text = draws_markdown(draws)
+    calm_pgm = (1.1 * 0.9 * 0.9) ** (1 / 3)
+    assert f"| {SETTINGS[0].label} | 3 | 1.129 (0.80-1.50) | 2 | {calm_pgm:.3f} | 1 | 1 |" in text
+    mixed = pd.concat([draws[0], draws[1]])
+    with pytest.raises(DPMarginalsError, match="one --seed"):
+        draws_table([mixed])
+
+
 def _dev_grid():
     """benchmarks/dev_grid.py as a module (the benchmarks are scripts, not a package)."""
     import importlib.util

@@ -63,7 +63,8 @@ from .common import evaluate_synopsis, not_run, truths
 from .runner import Experiment, seed_for
 from .summaries import Check, checks_markdown, fmt
 
-__all__ = ["HELDOUT_EXPERIMENTS", "LATENT_SETTINGS", "SETTINGS", "Setting"]
+__all__ = ["HELDOUT_EXPERIMENTS", "LATENT_SETTINGS", "SETTINGS", "Setting", "draws_markdown",
+           "draws_table"]
 
 #: Network seeds: setting i's network comes from NETWORK_SEED0 + NETWORK_STRIDE * seed + i
 #: (experiment seed 0, the benchmark as fixed: 36,001-36,016; seed 1: 37,001-37,016).
@@ -330,6 +331,78 @@ def setting_ratios(frame: pd.DataFrame) -> pd.DataFrame:
     order = {s.label: 100 * (s.dataset == "lc") + s.index
              for s in (*SETTINGS, *LATENT_SETTINGS)}
     return wide.sort_values("panel", key=lambda c: c.map(order)).reset_index(drop=True)
+
+
+def _draw_seed(frame: pd.DataFrame) -> int:
+    """The experiment seed a results frame was drawn with (its tasks end ``seed=S``)."""
+    seeds = frame["task"].astype(str).str.extract(r"seed=(\d+)$")[0].dropna().unique()
+    if len(seeds) != 1:
+        raise DPMarginalsError(f"a draw's results must come from one --seed, found {list(seeds)}")
+    return int(seeds[0])
+
+
+def draws_table(frames: list[pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Several draws (``experiment heldout --seed S``'s results, one frame each) read together.
+
+    Returns the per-draw table (seed; auto's median and geometric mean over settings; the
+    settings where auto is above CALM and more than :data:`BEST_SLACK` times the better of
+    calm-pgm and adaptive) and the per-setting table over the draws (the setting's kind is
+    the same in every draw, its network new): the geometric mean, least and largest of each
+    method's ratio to CALM, and in how many draws auto (calm-pgm) is above CALM and auto
+    more than :data:`BEST_SLACK` times the better.  A setting that misses in most draws is
+    its kind's, not one network's or one draw's chance.
+    """
+    per_draw, per_setting = [], []
+    for frame in frames:
+        seed = _draw_seed(frame)
+        table = setting_ratios(frame)
+        if "auto ratio" not in table:
+            raise DPMarginalsError(f"draw {seed} has no auto rows")
+        rivals = table[[m for m in ("calm-pgm", "adaptive") if m in table]].min(axis=1)
+        table["auto over the better"] = table["auto"] / rivals
+        table["seed"] = seed
+        auto = table["auto ratio"].dropna().to_numpy()
+        per_draw.append({"seed": seed, "settings": len(auto), "median": float(np.median(auto)),
+                         "geometric mean": _geo(auto),
+                         "above CALM": int((auto > WORST).sum()),
+                         "over 1.1x the better": int(
+                             (table["auto over the better"] > BEST_SLACK).sum())})
+        per_setting.append(table)
+    both = pd.concat(per_setting, ignore_index=True)
+    rows = []
+    for panel, g in both.groupby("panel", sort=False):
+        row: dict[str, Any] = {"setting": panel, "draws": g["seed"].nunique()}
+        for m in ("auto", "calm-pgm", "adaptive-pgm"):
+            col = f"{m} ratio"
+            if col in g and g[col].notna().any():
+                x = g[col].dropna().to_numpy()
+                row[f"{m} geo"], row[f"{m} range"] = _geo(x), (float(x.min()), float(x.max()))
+                row[f"{m} above CALM"] = int((x > WORST).sum())
+        row["auto over 1.1x the better"] = int((g["auto over the better"] > BEST_SLACK).sum())
+        rows.append(row)
+    return (pd.DataFrame(per_draw).sort_values("seed").reset_index(drop=True),
+            pd.DataFrame(rows))
+
+
+def draws_markdown(frames: list[pd.DataFrame]) -> str:
+    """:func:`draws_table` as Markdown: a line per draw, then a row per setting."""
+    draws, settings = draws_table(frames)
+    lines = ["| seed | settings | auto median | auto geometric mean | above CALM | "
+             f"over {BEST_SLACK}x the better |", "|---:|---:|---:|---:|---:|---:|"]
+    lines += [f"| {int(r['seed'])} | {int(r['settings'])} | {r['median']:.3f} | "
+              f"{r['geometric mean']:.3f} | {int(r['above CALM'])} | "
+              f"{int(r['over 1.1x the better'])} |" for _, r in draws.iterrows()]
+    lines += ["", "| setting | draws | auto: geometric mean (range) | above CALM | calm-pgm: "
+              "geometric mean | above CALM | auto over 1.1x the better |",
+              "|---|---:|---:|---:|---:|---:|---:|"]
+    for _, r in settings.iterrows():
+        lo, hi = r["auto range"]
+        cp = (f"{r['calm-pgm geo']:.3f} | {int(r['calm-pgm above CALM'])}"
+              if "calm-pgm geo" in r and pd.notna(r["calm-pgm geo"]) else "- | -")
+        lines.append(f"| {r['setting']} | {int(r['draws'])} | {r['auto geo']:.3f} "
+                     f"({lo:.2f}-{hi:.2f}) | {int(r['auto above CALM'])} | {cp} | "
+                     f"{int(r['auto over 1.1x the better'])} |")
+    return "\n".join(lines) + "\n"
 
 
 def _geo(x: np.ndarray) -> float:
