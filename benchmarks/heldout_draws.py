@@ -5,7 +5,8 @@ and 10 repeats; whether auto is above CALM in a setting then turns on that netwo
 its repeats.  This reads the ``results.csv`` of several draws and prints a line per draw
 (auto's median and geometric mean, the settings above CALM and more than 1.1x the better
 of calm-pgm and adaptive) and a row per setting over the draws (the geometric mean and
-range of the ratio to CALM, in how many draws auto and calm-pgm are above it).  Draws run
+range of the ratio to CALM, in how many draws auto and calm-pgm are above it, and the mean
+log ratio in standard errors over the draws, ``z``: above 2, the setting's kind).  Draws run
 at different commits are read as they are: say which commits when quoting the figures.
 
     python benchmarks/heldout_draws.py /work/heldout5 /work/heldout6 ...   # folders or CSVs

@@ -152,8 +152,12 @@ def test_draws_read_together_count_each_settings_misses_over_the_draws():
     assert abs(first["auto geo"] - (1.2 * 0.8 * 1.5) ** (1 / 3)) < 1e-12
     assert first["auto range"] == (0.8, 1.5)
     text = draws_markdown(draws)
+    auto_logs = np.log([1.2, 0.8, 1.5])
+    z = auto_logs.mean() / (auto_logs.std(ddof=1) / np.sqrt(3))
+    assert abs(first["auto z"] - z) < 1e-12 and 0 < z < 2  # above CALM twice, yet not 2 s.e.
     calm_pgm = (1.1 * 0.9 * 0.9) ** (1 / 3)
-    assert f"| {SETTINGS[0].label} | 3 | 1.129 (0.80-1.50) | 2 | {calm_pgm:.3f} | 1 | 1 |" in text
+    assert (f"| {SETTINGS[0].label} | 3 | 1.129 (0.80-1.50) | 2 | {z:.1f} | {calm_pgm:.3f} | 1 "
+            f"| {first['calm-pgm z']:.1f} | 1 |") in text
     mixed = pd.concat([draws[0], draws[1]])
     with pytest.raises(DPMarginalsError, match="one --seed"):
         draws_table([mixed])

@@ -348,9 +348,10 @@ def draws_table(frames: list[pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFrame]
     settings where auto is above CALM and more than :data:`BEST_SLACK` times the better of
     calm-pgm and adaptive) and the per-setting table over the draws (the setting's kind is
     the same in every draw, its network new): the geometric mean, least and largest of each
-    method's ratio to CALM, and in how many draws auto (calm-pgm) is above CALM and auto
-    more than :data:`BEST_SLACK` times the better.  A setting that misses in most draws is
-    its kind's, not one network's or one draw's chance.
+    method's ratio to CALM, in how many draws it is above CALM and its mean log ratio in
+    standard errors over the draws (``z``, :func:`_z`), and in how many draws auto is more
+    than :data:`BEST_SLACK` times the better.  A setting that misses in most draws, at a
+    ``z`` above 2, is its kind's, not one network's or one draw's chance.
     """
     per_draw, per_setting = [], []
     for frame in frames:
@@ -378,10 +379,20 @@ def draws_table(frames: list[pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFrame]
                 x = g[col].dropna().to_numpy()
                 row[f"{m} geo"], row[f"{m} range"] = _geo(x), (float(x.min()), float(x.max()))
                 row[f"{m} above CALM"] = int((x > WORST).sum())
+                row[f"{m} z"] = _z(np.log(x))
         row["auto over 1.1x the better"] = int((g["auto over the better"] > BEST_SLACK).sum())
         rows.append(row)
     return (pd.DataFrame(per_draw).sort_values("seed").reset_index(drop=True),
             pd.DataFrame(rows))
+
+
+def _z(logs: np.ndarray) -> float:
+    """The mean of ``logs`` over its standard error across the draws (nan under 2 draws or
+    with no spread): how many standard errors a setting sits above CALM (positive) or below,
+    the draws' new networks counted in the spread."""
+    if len(logs) < 2 or not np.std(logs, ddof=1) > 0:
+        return float("nan")
+    return float(logs.mean() / (np.std(logs, ddof=1) / np.sqrt(len(logs))))
 
 
 def draws_markdown(frames: list[pd.DataFrame]) -> str:
@@ -392,15 +403,17 @@ def draws_markdown(frames: list[pd.DataFrame]) -> str:
     lines += [f"| {int(r['seed'])} | {int(r['settings'])} | {r['median']:.3f} | "
               f"{r['geometric mean']:.3f} | {int(r['above CALM'])} | "
               f"{int(r['over 1.1x the better'])} |" for _, r in draws.iterrows()]
-    lines += ["", "| setting | draws | auto: geometric mean (range) | above CALM | calm-pgm: "
-              "geometric mean | above CALM | auto over 1.1x the better |",
-              "|---|---:|---:|---:|---:|---:|---:|"]
+    lines += ["", "| setting | draws | auto: geometric mean (range) | above CALM | z | calm-pgm: "
+              "geometric mean | above CALM | z | auto over 1.1x the better |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for _, r in settings.iterrows():
         lo, hi = r["auto range"]
-        cp = (f"{r['calm-pgm geo']:.3f} | {int(r['calm-pgm above CALM'])}"
-              if "calm-pgm geo" in r and pd.notna(r["calm-pgm geo"]) else "- | -")
+        cp = (f"{r['calm-pgm geo']:.3f} | {int(r['calm-pgm above CALM'])} | "
+              f"{r['calm-pgm z']:.1f}" if "calm-pgm geo" in r and pd.notna(r["calm-pgm geo"])
+              else "- | - | -")
         lines.append(f"| {r['setting']} | {int(r['draws'])} | {r['auto geo']:.3f} "
-                     f"({lo:.2f}-{hi:.2f}) | {int(r['auto above CALM'])} | {cp} | "
+                     f"({lo:.2f}-{hi:.2f}) | {int(r['auto above CALM'])} | {r['auto z']:.1f} | "
+                     f"{cp} | "
                      f"{int(r['auto over 1.1x the better'])} |")
     return "\n".join(lines) + "\n"
 
