@@ -6,7 +6,8 @@ its repeats.  This reads the ``results.csv`` of several draws and prints a line 
 (auto's median and geometric mean, the settings above CALM and more than 1.1x the better
 of calm-pgm and adaptive) and a row per setting over the draws (the geometric mean and
 range of the ratio to CALM, in how many draws auto and calm-pgm are above it, and the mean
-log ratio in standard errors over the draws, ``z``: above 2, the setting's kind).  Draws run
+log ratio in standard errors over the draws, ``z``: above Student's t quantile, 2.57 for
+six draws, the setting's kind).  Draws run
 at different commits are read as they are: say which commits when quoting the figures.
 
     python benchmarks/heldout_draws.py /work/heldout5 /work/heldout6 ...   # folders or CSVs

@@ -351,7 +351,8 @@ def draws_table(frames: list[pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFrame]
     method's ratio to CALM, in how many draws it is above CALM and its mean log ratio in
     standard errors over the draws (``z``, :func:`_z`), and in how many draws auto is more
     than :data:`BEST_SLACK` times the better.  A setting that misses in most draws, at a
-    ``z`` above 2, is its kind's, not one network's or one draw's chance.
+    ``z`` above Student's t quantile (2.57 for six draws, two-sided 5%), is its kind's, not
+    one network's or one draw's chance.
     """
     per_draw, per_setting = [], []
     for frame in frames:
