@@ -59,6 +59,7 @@ def test_every_experiment_names_its_data_sets_and_extras():
         "calm-fig6")
 
 
+@pytest.mark.needs_data  # check_ready also finds calm-pgm's quick data sets
 def test_the_check_imports_mbi_in_64_bit_mode():
     """mbi warns at import when JAX is in float32 mode ("can cause estimation algorithms to
     stall"); the check used to import it first, so every calm-pgm, heldout and
