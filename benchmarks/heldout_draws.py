@@ -7,8 +7,8 @@ its repeats.  This reads the ``results.csv`` of several draws and prints a line 
 of calm-pgm and adaptive) and a row per setting over the draws (the geometric mean and
 range of the ratio to CALM, in how many draws auto and calm-pgm are above it, and the mean
 log ratio in standard errors over the draws, ``z``: above Student's t quantile, 2.57 for
-six draws, the setting's kind).  Draws run
-at different commits are read as they are: say which commits when quoting the figures.
+six draws, the setting's kind).  Draws run at different commits are read as they are: say
+which commits when quoting the figures.
 
     python benchmarks/heldout_draws.py /work/heldout5 /work/heldout6 ...   # folders or CSVs
 
