@@ -395,6 +395,7 @@ def fuzz_server(tmp_path_factory):
 
 
 def test_oversized_bodies_get_413_over_a_real_connection(fuzz_server):
+    import contextlib
     import http.client
 
     big = b'{"reports": [' + b"0," * 200_000 + b"0]}"  # 400 KB > 256 KiB
@@ -410,10 +411,16 @@ def test_oversized_bodies_get_413_over_a_real_connection(fuzz_server):
             yield b" " * 8192
 
     conn = http.client.HTTPConnection("127.0.0.1", fuzz_server.port, timeout=30)
-    conn.request("POST", "/campaigns/fuzz/reports", body=chunks(),
-                 headers={"Content-Type": "application/json"}, encode_chunked=True)
-    resp = conn.getresponse()
-    assert resp.status == 413
+    # the server may answer and close before the client has sent the whole body
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        conn.request("POST", "/campaigns/fuzz/reports", body=chunks(),
+                     headers={"Content-Type": "application/json"}, encode_chunked=True)
+    try:
+        status = conn.getresponse().status
+    except (ConnectionResetError, http.client.RemoteDisconnected):
+        status = None  # the reset dropped the answer; that the server stopped reading shows
+    # A server that read the whole body would answer 202 or 400 here, never break the pipe.
+    assert status in (413, None)
     conn.close()
     assert fuzz_server.get("/campaigns/fuzz/status")["reports"] == 30
 
