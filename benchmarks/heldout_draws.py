@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from dpmarginals.core.errors import DPMarginalsError
 from dpmarginals.experiments.heldout import draws_markdown
 
 
@@ -42,7 +43,17 @@ def main() -> int:
     ap.add_argument("draws", nargs="+", type=Path,
                     help="each a draw's --out folder or its results.csv")
     args = ap.parse_args()
-    print(draws_markdown([pd.read_csv(results_csv(p)) for p in args.draws]), end="")
+    paths = [results_csv(p) for p in args.draws]
+    frames = []
+    for path in paths:
+        try:
+            frames.append(pd.read_csv(path))
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+            raise SystemExit(f"heldout_draws: {path}: not a CSV ({exc})") from None
+    try:
+        print(draws_markdown(frames, [str(p) for p in paths]), end="")
+    except DPMarginalsError as exc:
+        raise SystemExit(f"heldout_draws: {exc}") from None
     return 0
 
 

@@ -133,7 +133,8 @@ def _draw(seed, ratios):
 
 def test_draws_read_together_count_each_settings_misses_over_the_draws():
     """benchmarks/heldout_draws.py: a setting above CALM in two draws of three says so, with
-    its geometric mean over the draws; each draw keeps its own median and misses."""
+    its geometric mean over the draws; each draw keeps its own median and misses.  A frame
+    that is not one draw's results is refused, naming it."""
     import pandas as pd
 
     from dpmarginals.experiments.heldout import draws_markdown, draws_table
@@ -159,8 +160,13 @@ def test_draws_read_together_count_each_settings_misses_over_the_draws():
     assert (f"| {SETTINGS[0].label} | 3 | 1.129 (0.80-1.50) | 2 | {z:.1f} | {calm_pgm:.3f} | 1 "
             f"| {first['calm-pgm z']:.1f} | 1 |") in text
     mixed = pd.concat([draws[0], draws[1]])
-    with pytest.raises(DPMarginalsError, match="one --seed"):
-        draws_table([mixed])
+    with pytest.raises(DPMarginalsError, match=r"^mixed\.csv: a draw's results must come from"):
+        draws_table([mixed], ["mixed.csv"])
+    with pytest.raises(DPMarginalsError,
+                       match=r"^draw 2: not a held-out draw's results \(no column task\)"):
+        draws_table([draws[0], draws[1].drop(columns="task")])
+    with pytest.raises(DPMarginalsError, match=r"^draw 1: seed 4 has no auto rows"):
+        draws_table([draws[0][draws[0]["method"] != "auto"]])
 
 
 def _dev_grid():

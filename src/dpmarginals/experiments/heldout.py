@@ -337,15 +337,26 @@ def setting_ratios(frame: pd.DataFrame) -> pd.DataFrame:
     return wide.sort_values("panel", key=lambda c: c.map(order)).reset_index(drop=True)
 
 
-def _draw_seed(frame: pd.DataFrame) -> int:
-    """The experiment seed a results frame was drawn with (its tasks end ``seed=S``)."""
+#: The columns :func:`draws_table` reads of a draw's ``results.csv``.
+DRAW_COLUMNS = ("task", "panel", "n", "d", "k", "epsilon", "method", "repeat", "status", "sse")
+
+
+def _draw_seed(frame: pd.DataFrame, name: str) -> int:
+    """The experiment seed a results frame was drawn with (its tasks end ``seed=S``);
+    ``name`` (the draw's file) leads every error."""
+    missing = [c for c in DRAW_COLUMNS if c not in frame.columns]
+    if missing:
+        raise DPMarginalsError(f"{name}: not a held-out draw's results (no column "
+                               f"{', '.join(missing)})")
     seeds = frame["task"].astype(str).str.extract(r"seed=(\d+)$")[0].dropna().unique()
     if len(seeds) != 1:
-        raise DPMarginalsError(f"a draw's results must come from one --seed, found {list(seeds)}")
+        raise DPMarginalsError(f"{name}: a draw's results must come from one --seed, found "
+                               f"{list(seeds)}")
     return int(seeds[0])
 
 
-def draws_table(frames: list[pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFrame]:
+def draws_table(frames: list[pd.DataFrame], names: list[str] | None = None
+                ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Several draws (``experiment heldout --seed S``'s results, one frame each) read together.
 
     Returns the per-draw table (seed; auto's median and geometric mean over settings; the
@@ -356,14 +367,17 @@ def draws_table(frames: list[pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFrame]
     standard errors over the draws (``z``, :func:`_z`), and in how many draws auto is more
     than :data:`BEST_SLACK` times the better.  A setting that misses in most draws, at a
     ``z`` above Student's t quantile (2.57 for six draws, two-sided 5%), is its kind's, not
-    one network's or one draw's chance.
+    one network's or one draw's chance.  ``names`` (e.g. the files) lead the errors about
+    a frame (default "draw 1", "draw 2", ...).
     """
+    if names is None:
+        names = [f"draw {i}" for i in range(1, len(frames) + 1)]
     per_draw, per_setting = [], []
-    for frame in frames:
-        seed = _draw_seed(frame)
+    for frame, name in zip(frames, names, strict=True):
+        seed = _draw_seed(frame, name)
         table = setting_ratios(frame)
         if "auto ratio" not in table:
-            raise DPMarginalsError(f"draw {seed} has no auto rows")
+            raise DPMarginalsError(f"{name}: seed {seed} has no auto rows that ran")
         table["seed"] = seed
         auto = table["auto ratio"].dropna().to_numpy()
         per_draw.append({"seed": seed, "settings": len(auto), "median": float(np.median(auto)),
@@ -398,9 +412,9 @@ def _z(logs: np.ndarray) -> float:
     return float(logs.mean() / (np.std(logs, ddof=1) / np.sqrt(len(logs))))
 
 
-def draws_markdown(frames: list[pd.DataFrame]) -> str:
+def draws_markdown(frames: list[pd.DataFrame], names: list[str] | None = None) -> str:
     """:func:`draws_table` as Markdown: a line per draw, then a row per setting."""
-    draws, settings = draws_table(frames)
+    draws, settings = draws_table(frames, names)
     lines = ["| seed | settings | auto median | auto geometric mean | above CALM | "
              f"over {BEST_SLACK}x the better |", "|---:|---:|---:|---:|---:|---:|"]
     lines += [f"| {int(r['seed'])} | {int(r['settings'])} | {r['median']:.3f} | "
